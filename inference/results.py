@@ -1,0 +1,66 @@
+"""Typed results of :meth:`ContextPruner.prune`: frozen dataclasses with one ``to_dict()``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+
+class Span(NamedTuple):
+    """A kept character span ``text[start:end]`` of a passage and its score (max of its units)."""
+
+    start: int
+    end: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """One unit of a passage, with its score and the keep decision."""
+
+    index: int
+    start: int
+    end: int
+    score: float
+    kept: bool
+    kind: str = "sentence"
+    tokens: int = 0  # tokens of the unit by the model tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class PassageResult:
+    id: str
+    title: str | None
+    text: str  # the pruned text of this passage ("" when nothing is kept)
+    spans: tuple[Span, ...]
+    sentences: tuple[Sentence, ...]
+    relevance: float  # passage relevance probability (max over windows)
+    original_length: int  # characters in the original passage
+
+
+@dataclass(frozen=True, slots=True)
+class PruneStats:
+    tokens_in: int
+    tokens_out: int
+    compression: float  # 1 - tokens_out / tokens_in
+    sentences_in: int
+    sentences_out: int
+    duplicates_removed: int
+    encoder_seconds: float
+    postprocess_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    query: str
+    text: str  # the assembled pruned context, passages separated by a blank line
+    passages: tuple[PassageResult, ...]
+    stats: PruneStats
+    threshold: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready nested dict (spans as ``[start, end, score]`` lists)."""
+        out = asdict(self)
+        for p in out["passages"]:
+            p["spans"] = [list(s) for s in p["spans"]]
+        return out

@@ -1,0 +1,70 @@
+"""The `pruner` console script: one subcommand per part, each a thin ``main(argv) -> int``.
+
+Subcommands are imported lazily by name, so ``pruner_model`` does not import the other parts
+and ``pruner prune`` does not pay for importing the training stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+COMMANDS = {
+    "data": ("annotation.cli", "data_main", "build labeled records from QA data sets"),
+    "annotate": ("annotation.cli", "annotate_main", "label (query, passages) groups with an LLM"),
+    "train": ("training.cli", "train_main", "fine-tune a pruner from a YAML config"),
+    "evaluate": ("training.cli", "evaluate_main", "measure compression vs evidence kept"),
+    "prune": ("inference.cli", "prune_main", "prune passages for a query"),
+    "export": ("inference.cli", "export_main", "export a checkpoint to ONNX"),
+    "serve": ("inference.cli", "serve_main", "serve a pruner over HTTP"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: pruner <command> [options]", "", "commands:"]
+    lines += [f"  {name:<9} {doc}" for name, (_, _, doc) in COMMANDS.items()]
+    lines += ["", "Run 'pruner <command> --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def run_guarded(fn, argv) -> int:
+    """Run a subcommand; any error becomes one line on stderr (PRUNER_DEBUG=1 re-raises)."""
+    try:
+        return int(fn(argv) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the user sees one line, never a traceback
+        if os.environ.get("PRUNER_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] in {"-V", "--version"}:
+        from . import __version__
+
+        print(__version__)
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module, func, _ = COMMANDS[name]
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        print(f"error: 'pruner {name}' is not available: {exc}", file=sys.stderr)
+        return 2
+    return run_guarded(fn, argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

