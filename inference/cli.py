@@ -99,3 +99,82 @@ def prune_main(argv: list[str] | None = None) -> int:
     else:
         print(out)
     return 0
+
+
+def _export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pruner export",
+        description="Export a checkpoint folder to ONNX (encoder + both heads, dynamic batch and sequence "
+        "axes). Writes OUTPUT/model.onnx (+ model.int8.onnx with --quantize int8), config.json, tokenizer "
+        "files and export_report.json; fails if the export does not match torch within tolerance.",
+    )
+    p.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
+    p.add_argument("--output", required=True, help="export folder")
+    p.add_argument("--quantize", choices=["int8"], default=None, help="also write a dynamic int8 model")
+    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--no-validate", action="store_true", help="skip the comparison with torch")
+    return p
+
+
+def export_main(argv: list[str] | None = None) -> int:
+    args = _export_parser().parse_args(argv)
+    model_dir = Path(args.model)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    from .onnx_export import export_onnx
+
+    report = export_onnx(
+        model_dir, args.output, opset=args.opset, quantize=args.quantize, validate=not args.no_validate
+    )
+    if "fp32_max_abs_diff" in report:
+        line = f"fp32 max |Δp| vs torch {report['fp32_max_abs_diff']:.2e} (tolerance {report['fp32_tolerance']:.0e})"
+        if "int8_agreement" in report:
+            line += f"; int8 keep/drop agreement {report['int8_agreement']:.3f} on {report['int8_sentences']} sentences"
+        print(line, file=sys.stderr)
+    print(f"exported to {args.output}: {', '.join(report['files'])}", file=sys.stderr)
+    return 0
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pruner serve",
+        description="Serve a checkpoint or ONNX folder over HTTP: POST /v1/prune, POST /v1/prune/batch, "
+        "GET /health, GET /metrics. Binds to 127.0.0.1 unless told otherwise.",
+    )
+    p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
+    p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: the best available)")
+    p.add_argument("--max-batch", type=int, default=32, help="queries per encoder micro-batch")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for more requests this long")
+    p.add_argument("--max-body-bytes", type=int, default=2_000_000)
+    p.add_argument("--max-passages", type=int, default=64)
+    p.add_argument("--max-passage-chars", type=int, default=100_000)
+    p.add_argument("--no-batching", action="store_true", help="one request at a time (benchmarks)")
+    return p
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    args = _serve_parser().parse_args(argv)
+    model_dir = Path(args.model)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    import uvicorn
+
+    from .pruner import ContextPruner
+    from .server import ServerLimits, create_app
+
+    kwargs = {"quantized": True} if args.quantized else {}
+    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, device=args.device, **kwargs)
+    limits = ServerLimits(
+        max_body_bytes=args.max_body_bytes,
+        max_passages=args.max_passages,
+        max_passage_chars=args.max_passage_chars,
+    )
+    app = create_app(
+        pruner, limits, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, batching=not args.no_batching
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

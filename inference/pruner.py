@@ -21,6 +21,15 @@ PassageInput = str | Mapping[str, str]
 
 
 @dataclass
+class PruneRequest:
+    """One query with its passages and its own selection settings."""
+
+    query: str
+    passages: Sequence[PassageInput] | PassageInput
+    params: SelectionParams
+
+
+@dataclass
 class _Passage:
     id: str
     title: str | None
@@ -146,39 +155,51 @@ class ContextPruner:
         dedup: bool = True,
     ) -> list[PruneResult]:
         """:meth:`prune` for many queries; all windows go through the encoder together."""
-        params = SelectionParams(
-            threshold=self.config.threshold if threshold is None else float(threshold),
+        params = self.selection_params(
+            threshold=threshold,
             token_budget=token_budget,
-            per_passage_budget=per_passage_budget,
             neighbors=neighbors,
             keep_top=keep_top,
             min_relevance=min_relevance,
+            per_passage_budget=per_passage_budget,
             keep_headings=keep_headings,
             dedup=dedup,
         )
-        if not items:
+        return self.run([PruneRequest(q, ps, params) for q, ps in items])
+
+    def selection_params(self, threshold: float | None = None, **kwargs) -> SelectionParams:
+        """Selection settings, the threshold defaulting to the checkpoint's calibrated one."""
+        return SelectionParams(
+            threshold=self.config.threshold if threshold is None else float(threshold), **kwargs
+        )
+
+    def run(self, requests: Sequence[PruneRequest]) -> list[PruneResult]:
+        """Requests with their own selection settings, scored together through the encoder
+        (the HTTP server's micro-batches go through here)."""
+        if not requests:
             return []
         t0 = time.perf_counter()
-        prepared = [(self._check_query(q), self._prepare_passages(ps)) for q, ps in items]
+        prepared = [(self._check_query(r.query), self._prepare_passages(r.passages)) for r in requests]
         pairs = [(qi, pi) for qi, (_, ps) in enumerate(prepared) for pi, p in enumerate(ps) if p.units]
         scored, encoder_seconds, pair_tokens = self._score(
             [prepared[qi][0] for qi, _ in pairs],
             [prepared[qi][1][pi] for qi, pi in pairs],
         )
         by_pair = dict(zip(pairs, scored))
-        tokens_per_query = np.zeros(len(items))
+        tokens_per_query = np.zeros(len(requests))
         for (qi, _), n in zip(pairs, pair_tokens):
             tokens_per_query[qi] += n
-        total_tokens = tokens_per_query.sum()
-        shares = (
-            tokens_per_query / total_tokens if total_tokens else np.full(len(items), 1 / max(len(items), 1))
-        )
-        results = []
-        for qi, (query, passages) in enumerate(prepared):
-            results.append(self._select(query, passages, qi, by_pair, params))
+        results = [
+            self._select(query, passages, qi, by_pair, requests[qi].params)
+            for qi, (query, passages) in enumerate(prepared)
+        ]
         total = time.perf_counter() - t0
         post = max(total - encoder_seconds, 0.0)
-        return [_with_timings(r, encoder_seconds * s, post * s) for r, s in zip(results, shares)]
+        n_tok = tokens_per_query.sum()
+        shares = tokens_per_query / n_tok if n_tok else np.full(len(requests), 1 / len(requests))
+        return [
+            _with_timings(r, float(encoder_seconds * s), float(post * s)) for r, s in zip(results, shares)
+        ]
 
     # ------------------------------------------------------------------ steps
     @staticmethod

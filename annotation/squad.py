@@ -1,0 +1,210 @@
+"""Gold labels from SQuAD-format QA data: the embedded default training corpus.
+
+Each question becomes a group of passages: its gold paragraph (the sentence holding the answer
+is relevant) and distractors, hard ones from the same article and easy ones from other articles;
+a share of groups has no gold paragraph at all, so the model learns that pruning everything is
+sometimes right. Groups are written twice: as labeled records (the training unit) and in the raw
+grouped form ``{id, query, passages}`` that ``pruner annotate`` labels, for comparison with gold.
+
+The SQuAD v1.1 dev set and SQuADShifts come from the ``bigbench==1.0.0`` sdist on PyPI,
+downloaded once with pip and cached. The SQuADShifts ``reddit`` and ``amazon`` sets are reserved
+for an outside held-out evaluation and are refused here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pruner_model import segment
+from pruner_model.records import RecordError, read_text
+
+BIGBENCH_VERSION = "1.0.0"
+SQUAD_FILES = {  # split name -> file in bigbench/benchmark_tasks/squad_shifts/
+    "squaddev": "squaddev_v1.1.json",
+    "new_wiki": "new_wiki_v1.0.json",
+    "nyt": "nyt_v1.0.json",
+}
+HELD_OUT = {"reddit", "amazon"}  # never train, tune or calibrate on these
+DEFAULT_TRAIN_SPLITS = ("squaddev", "new_wiki")
+DEFAULT_DEV_SPLITS = ("nyt",)
+
+
+def default_cache_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("PRUNER_CACHE", Path.home() / ".cache" / "pruner"))
+
+
+def fetch_squad_split(split: str, cache_dir: Path | None = None) -> Path:
+    """Path of a SQuAD-format JSON split, downloading the bigbench sdist once if needed."""
+    if split in HELD_OUT:
+        raise ValueError(f"split {split!r} is held out for an outside evaluation and is never used here")
+    if split not in SQUAD_FILES:
+        raise ValueError(f"unknown split {split!r}; choose from {sorted(SQUAD_FILES)}")
+    cache_dir = Path(cache_dir or default_cache_dir())
+    target = cache_dir / "squad_shifts" / SQUAD_FILES[split]
+    if target.is_file():
+        return target
+    downloads = cache_dir / "downloads"
+    sdist = downloads / f"bigbench-{BIGBENCH_VERSION}.tar.gz"
+    if not sdist.is_file():
+        downloads.mkdir(parents=True, exist_ok=True)
+        print(
+            f"downloading bigbench=={BIGBENCH_VERSION} sdist (358 MB, once) into {downloads}", file=sys.stderr
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            f"bigbench=={BIGBENCH_VERSION}",
+            "-d",
+            str(downloads),
+            "--quiet",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not sdist.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"could not download bigbench=={BIGBENCH_VERSION}: {last}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f"bigbench-{BIGBENCH_VERSION}/bigbench/benchmark_tasks/squad_shifts/"
+    with tarfile.open(sdist) as tar:
+        for name in SQUAD_FILES.values():  # extract only the allowed splits
+            member = tar.getmember(prefix + name)
+            data = tar.extractfile(member).read()
+            tmp = target.parent / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(target.parent / name)
+    return target
+
+
+@dataclass
+class Paragraph:
+    pid: str
+    article: int
+    title: str
+    context: str
+
+
+@dataclass
+class Question:
+    qid: str
+    query: str
+    paragraph: int  # index into the paragraph list
+    answers: list[tuple[int, int]]  # char spans of the answers in the paragraph
+
+
+def load_squad(path: str | Path, split: str) -> tuple[list[Paragraph], list[Question]]:
+    """Paragraphs and questions of a SQuAD-format JSON file."""
+    try:
+        data = json.loads(read_text(path))["data"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise RecordError(f"{path}: not a SQuAD-format JSON file (expected {{'data': [...]}})") from None
+    paragraphs, questions = [], []
+    for ai, article in enumerate(data):
+        for pi, para in enumerate(article.get("paragraphs", [])):
+            ctx = para.get("context", "")
+            if not ctx.strip():
+                continue
+            idx = len(paragraphs)
+            paragraphs.append(Paragraph(f"{split}:{ai}:{pi}", ai, str(article.get("title", "")), ctx))
+            for qa in para.get("qas", []):
+                spans = []
+                for ans in qa.get("answers", []):
+                    s = ans.get("answer_start")
+                    t = ans.get("text", "")
+                    if isinstance(s, int) and t and ctx[s : s + len(t)] == t:
+                        spans.append((s, s + len(t)))
+                if spans and qa.get("question", "").strip():
+                    questions.append(
+                        Question(str(qa.get("id", len(questions))), qa["question"].strip(), idx, spans)
+                    )
+    return paragraphs, questions
+
+
+def answer_sentence_spans(context: str, answer: tuple[int, int]) -> list[list[int]]:
+    """Spans of the units (sentences) that the answer span overlaps."""
+    s, e = answer
+    return [[u.start, u.end] for u in segment(context) if u.start < e and u.end > s]
+
+
+def build_groups(
+    paragraphs: list[Paragraph],
+    questions: list[Question],
+    passages_per_group: int = 5,
+    hard_distractors: int = 2,
+    no_gold_share: float = 0.1,
+    seed: int = 0,
+    max_questions: int | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """(labeled records, raw groups) for the questions, as described in the module docstring.
+
+    The relevant spans of the gold paragraph are the sentences the first (reference) answer
+    overlaps.
+    """
+    rng = random.Random(seed)
+    by_article: dict[int, list[int]] = {}
+    for i, p in enumerate(paragraphs):
+        by_article.setdefault(p.article, []).append(i)
+    qs = list(questions)
+    rng.shuffle(qs)
+    if max_questions is not None:
+        qs = qs[:max_questions]
+    seg_cache: dict[tuple, list[list[int]]] = {}
+    records, groups = [], []
+    n = len(paragraphs)
+    for q in qs:
+        gold = q.paragraph
+        article = paragraphs[gold].article
+        same = [i for i in by_article[article] if i != gold]
+        hard = rng.sample(same, min(hard_distractors, len(same)))
+        easy: list[int] = []
+        for _ in range(50 * passages_per_group):  # bounded: a corpus of one article has no easy ones
+            if len(hard) + len(easy) >= passages_per_group:
+                break
+            i = rng.randrange(n)
+            if paragraphs[i].article != article and i not in easy:
+                easy.append(i)
+        distractors = hard + easy
+        has_gold = rng.random() >= no_gold_share
+        members = (
+            [gold, *distractors[: passages_per_group - 1]] if has_gold else distractors[:passages_per_group]
+        )
+        rng.shuffle(members)
+        group_passages = []
+        for i in members:
+            p = paragraphs[i]
+            if i == gold:
+                key = (i, q.answers[0])
+                if key not in seg_cache:
+                    seg_cache[key] = answer_sentence_spans(p.context, q.answers[0])
+                spans = seg_cache[key]
+            else:
+                spans = []
+            records.append(
+                {
+                    "id": f"{q.qid}/{p.pid}",
+                    "query": q.query,
+                    "title": p.title,
+                    "context": p.context,
+                    "relevant_spans": spans,
+                    "source": "squad",
+                    "meta": {
+                        "gold": i == gold,
+                        "hard": i in hard,
+                        "answers": [list(a) for a in q.answers] if i == gold else [],
+                    },
+                }
+            )
+            group_passages.append({"id": p.pid, "title": p.title, "text": p.context})
+        groups.append({"id": q.qid, "query": q.query, "passages": group_passages})
+    return records, groups

@@ -1,0 +1,227 @@
+"""Inference benchmark: torch fp32 vs onnx fp32 vs onnx int8, 1 and 2 threads, and the HTTP
+server with and without micro-batching, all measured in one run on the same inputs.
+
+    python benchmarks/bench_inference.py --model runs/quickstart [--onnx runs/quickstart-onnx]
+
+Prints ratios (what this script is for: absolute times depend on the machine and its load) and
+writes a JSON report (default: benchmarks/reports/inference.json). Pairs are (query, passage)
+pairs from the nyt dev split built by ``pruner data squad`` (or a synthetic fallback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def load_pairs(n: int, path: str) -> list[tuple[str, str]]:
+    pairs = []
+    if Path(path).is_file():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                r = json.loads(line)
+                pairs.append((r["query"], r["context"]))
+                if len(pairs) >= n:
+                    break
+    if len(pairs) < n:  # synthetic fallback of realistic length (~150 tokens)
+        rng = np.random.default_rng(0)
+        words = "the of river city was built in year by people who lived near old tower museum art".split()
+        while len(pairs) < n:
+            text = " ".join(" ".join(rng.choice(words, 14)).capitalize() + "." for _ in range(7))
+            pairs.append(("when was the tower built?", text))
+    return pairs
+
+
+def groups_of(pairs, size=5):
+    return [(pairs[i][0], [p for _, p in pairs[i : i + size]]) for i in range(0, len(pairs), size)]
+
+
+def bench_pruner(pruner, pairs, repeats: int = 2) -> dict:
+    """Throughput of prune_batch over all pairs, latency of one query (5 passages) at a time."""
+    groups = groups_of(pairs)
+    pruner.prune_batch(groups[:2])  # warm-up
+    best = float("inf")
+    enc = post = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = pruner.prune_batch(groups)
+        dt = time.perf_counter() - t
+        if dt < best:
+            best = dt
+            enc = sum(r.stats.encoder_seconds for r in res)
+            post = sum(r.stats.postprocess_seconds for r in res)
+    lat = []
+    for q, ps in groups[:20]:
+        t = time.perf_counter()
+        pruner.prune(q, ps)
+        lat.append(time.perf_counter() - t)
+    return {
+        "pairs_per_s": len(pairs) / best,
+        "batch_seconds": best,
+        "postprocess_share": post / (enc + post) if enc + post else 0.0,
+        "p50_ms": float(np.percentile(lat, 50) * 1000),
+        "p95_ms": float(np.percentile(lat, 95) * 1000),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_server(
+    model_dir: str,
+    pairs,
+    batching: bool,
+    clients: int = 8,
+    per_client: int = 6,
+    extra: list[str] | None = None,
+) -> dict:
+    """Throughput of a real `pruner serve` process under `clients` concurrent clients (127.0.0.1)."""
+    import httpx
+
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "pruner_model.cli",
+        "serve",
+        "--model",
+        model_dir,
+        "--port",
+        str(port),
+        *([] if batching else ["--no-batching"]),
+        *(extra or []),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-500:])
+        groups = groups_of(pairs)
+        httpx.post(url + "/v1/prune", json={"query": groups[0][0], "passages": groups[0][1]}, timeout=60)
+        lat, errors = [], []
+
+        def client(k):
+            with httpx.Client(timeout=120) as c:
+                for j in range(per_client):
+                    q, ps = groups[(k * per_client + j) % len(groups)]
+                    t = time.perf_counter()
+                    r = c.post(url + "/v1/prune", json={"query": q, "passages": ps})
+                    lat.append(time.perf_counter() - t)
+                    if r.status_code != 200:
+                        errors.append(r.status_code)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        dt = time.perf_counter() - t
+        n = clients * per_client
+        metrics = httpx.get(url + "/metrics").json()
+        return {
+            "requests_per_s": n / dt,
+            "pairs_per_s": n * 5 / dt,
+            "errors": len(errors),
+            "p50_ms": float(np.percentile(lat, 50) * 1000),
+            "p95_ms": float(np.percentile(lat, 95) * 1000),
+            "mean_queries_per_batch": metrics["mean_queries_per_batch"],
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="checkpoint folder")
+    ap.add_argument("--onnx", default=None, help="ONNX export of it (exported to a temp folder if absent)")
+    ap.add_argument("--pairs", type=int, default=200)
+    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--no-server", action="store_true")
+    ap.add_argument("--report", default="benchmarks/reports/inference.json")
+    args = ap.parse_args()
+
+    import torch
+
+    from inference import ContextPruner
+    from inference.onnx_export import export_onnx
+
+    pairs = load_pairs(args.pairs, args.data)
+    onnx_dir = args.onnx
+    if onnx_dir is None or not (Path(onnx_dir) / "model.int8.onnx").is_file():
+        onnx_dir = onnx_dir or tempfile.mkdtemp(prefix="pruner-onnx-")
+        print(f"exporting to {onnx_dir} ...", file=sys.stderr)
+        export_onnx(args.model, onnx_dir, quantize="int8")
+    results: dict = {
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "pairs": len(pairs),
+        "runs": {},
+    }
+    for n in [int(x) for x in args.threads.split(",")]:
+        torch.set_num_threads(n)
+        runs = {
+            "torch_fp32": ContextPruner.from_pretrained(args.model, backend="torch", device="cpu"),
+            "onnx_fp32": ContextPruner.from_pretrained(onnx_dir, backend="onnx", device="cpu", threads=n),
+            "onnx_int8": ContextPruner.from_pretrained(
+                onnx_dir, backend="onnx", device="cpu", threads=n, quantized=True
+            ),
+        }
+        for name, pruner in runs.items():
+            r = bench_pruner(pruner, pairs)
+            results["runs"][f"{name}@{n}t"] = r
+            print(
+                f"{name:>10} {n} thread(s): {r['pairs_per_s']:6.1f} pairs/s, p50 {r['p50_ms']:6.1f} ms, "
+                f"p95 {r['p95_ms']:6.1f} ms, post-processing {r['postprocess_share']:.1%}",
+                file=sys.stderr,
+            )
+    ratios = {}
+    for n in [int(x) for x in args.threads.split(",")]:
+        base = results["runs"][f"torch_fp32@{n}t"]["pairs_per_s"]
+        ratios[f"onnx_fp32/torch_fp32@{n}t"] = results["runs"][f"onnx_fp32@{n}t"]["pairs_per_s"] / base
+        ratios[f"onnx_int8/torch_fp32@{n}t"] = results["runs"][f"onnx_int8@{n}t"]["pairs_per_s"] / base
+    if not args.no_server:
+        extra = ["--quantized"]
+        single = bench_server(onnx_dir, pairs, batching=False, extra=extra)
+        batched = bench_server(onnx_dir, pairs, batching=True, extra=extra)
+        results["server"] = {"one_at_a_time": single, "micro_batching": batched, "clients": 8}
+        ratios["server_batched/one_at_a_time@8clients"] = batched["requests_per_s"] / single["requests_per_s"]
+        print(
+            f"server (onnx int8, 8 clients): one-at-a-time {single['requests_per_s']:.1f} req/s, "
+            f"micro-batching {batched['requests_per_s']:.1f} req/s "
+            f"({batched['mean_queries_per_batch']:.1f} queries/batch)",
+            file=sys.stderr,
+        )
+    results["ratios"] = ratios
+    print("\nratios (same run, same inputs):")
+    for k, v in ratios.items():
+        print(f"  {k:<42} {v:5.2f}x")
+    Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.report).write_text(json.dumps(results, indent=2))
+    print(f"report: {args.report}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

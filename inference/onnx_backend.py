@@ -1,0 +1,75 @@
+"""onnxruntime backend: the same question as the torch backend, answered with no torch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def default_providers(device: str | None = None) -> list[str]:
+    """CUDA when asked for (or, with ``device=None``, when the installed onnxruntime has it), else CPU."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device in (None, "auto", "cuda") and "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if device == "cuda":
+        raise RuntimeError(
+            "device='cuda' but this onnxruntime has no CUDAExecutionProvider (pip install onnxruntime-gpu)"
+        )
+    return ["CPUExecutionProvider"]
+
+
+class OnnxBackend:
+    """Runs ``model.onnx`` (or ``model.int8.onnx``) from an export folder."""
+
+    name = "onnx"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        providers: list[str] | None = None,
+        threads: int | None = None,
+        device: str | None = None,
+    ):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        # full graph optimization fuses attention/GELU/LayerNorm; sequential execution is fastest
+        # for a single encoder graph; thread count defaults to the machine's physical cores
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        threads = threads or int(os.environ.get("PRUNER_ORT_THREADS", "0"))
+        if threads:
+            opts.intra_op_num_threads = threads
+        opts.log_severity_level = 3
+        self.providers = providers or default_providers(device)
+        self.session = ort.InferenceSession(str(model_path), sess_options=opts, providers=self.providers)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.model_path = Path(model_path)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        device: str | None = None,
+        quantized: bool = False,
+        providers: list[str] | None = None,
+        threads: int | None = None,
+    ) -> OnnxBackend:
+        path = Path(path)
+        file = path / ("model.int8.onnx" if quantized else "model.onnx")
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"no {file.name} in {path} (run 'pruner export'{' --quantize int8' if quantized else ''})"
+            )
+        return cls(file, providers=providers, threads=threads, device=device)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        feeds = {n: batch[n].astype(np.int64, copy=False) for n in self.input_names}
+        token_logits, relevance_logits = self.session.run(["token_logits", "relevance_logits"], feeds)
+        return token_logits.astype(np.float32, copy=False), relevance_logits.astype(np.float32, copy=False)

@@ -1,0 +1,182 @@
+"""Export a pruner checkpoint to ONNX (one graph: encoder + both heads) and validate it.
+
+The export folder holds ``model.onnx`` (and ``model.int8.onnx`` with dynamic int8 quantization),
+the checkpoint's ``config.json`` and tokenizer files, and ``export_report.json`` with the
+validation numbers: the max absolute difference of token probabilities against torch on fixed
+inputs (must be <= 1e-4 for fp32) and, for int8, the share of sentences whose keep/drop decision
+agrees with fp32 (must be >= 0.98).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FP32_TOLERANCE = 1e-4  # max |p_onnx - p_torch| over token probabilities
+INT8_MIN_AGREEMENT = 0.98  # share of sentences with the same keep/drop decision as fp32
+
+VALIDATION_QUERIES = [
+    "When was the tower built?",
+    "Who designed the statue's metal framework?",
+    "How many visitors did the museum have?",
+    "What is the river's name?",
+]
+VALIDATION_PASSAGES = [
+    "The Eiffel Tower is a wrought-iron lattice tower in Paris. It was built from 1887 to 1889 by the "
+    "company of Gustave Eiffel. It was the centrepiece of the 1889 World's Fair.",
+    "The Statue of Liberty stands on Liberty Island. Its metal framework was built by Gustave Eiffel. "
+    "It was dedicated in 1886.",
+    "The Louvre had 8.7 million visitors in 2023. It is located on the Right Bank of the Seine.",
+    "Berlin lies on the banks of the Spree. The river flows into the Havel. " * 12,
+]
+
+
+class ExportError(RuntimeError):
+    """The exported graph does not reproduce the torch model within tolerance."""
+
+
+def _wrapper(model, input_names: list[str]):
+    import torch
+
+    class Graph(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs):
+            out = self.model(**dict(zip(input_names, inputs)))
+            return out.token_logits, out.relevance_logits
+
+    return Graph().eval()
+
+
+def sample_inputs(tokenizer, config, queries=None, passages=None) -> dict[str, np.ndarray]:
+    """A padded batch of windows from fixed (query, passage) pairs of varied length."""
+    from pruner_model import encode_pairs
+
+    queries = queries or VALIDATION_QUERIES
+    passages = passages or VALIDATION_PASSAGES
+    w = encode_pairs(tokenizer, queries, passages, config.max_length, config.stride, config.max_query_length)
+    width = int(w.lengths.max())
+    batch = {}
+    for name, rows in w.features.items():
+        arr = np.full(
+            (len(rows), width), (tokenizer.pad_token_id or 0) if name == "input_ids" else 0, np.int64
+        )
+        for i, r in enumerate(rows):
+            arr[i, : len(r)] = r
+        batch[name] = arr
+    return batch
+
+
+def export_onnx(
+    model_dir: str | Path,
+    output_dir: str | Path,
+    opset: int = 17,
+    quantize: str | None = None,
+    validate: bool = True,
+) -> dict:
+    """Export ``model_dir`` to ``output_dir``; returns (and writes) the validation report.
+
+    Raises :class:`ExportError` when validation fails (the files stay for inspection).
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    from pruner_model import PrunerModel
+    from pruner_model.records import write_json
+
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if not (model_dir / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no checkpoint (model.safetensors) in {model_dir}")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    model = PrunerModel.from_pretrained(str(model_dir)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    input_names = list(tokenizer.model_input_names)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    batch = sample_inputs(tokenizer, model.config)
+    args = tuple(torch.from_numpy(batch[n]) for n in input_names)
+    onnx_path = output_dir / "model.onnx"
+    tmp_path = output_dir / ".model.onnx.tmp"
+    dyn = {n: {0: "batch", 1: "sequence"} for n in input_names}
+    dyn.update(token_logits={0: "batch", 1: "sequence"}, relevance_logits={0: "batch"})
+    with torch.no_grad():
+        torch.onnx.export(
+            _wrapper(model, input_names),
+            args,
+            str(tmp_path),
+            input_names=input_names,
+            output_names=["token_logits", "relevance_logits"],
+            dynamic_axes=dyn,
+            opset_version=opset,
+            dynamo=False,
+            do_constant_folding=True,
+        )
+    tmp_path.replace(onnx_path)
+    model.config.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    report: dict = {"opset": opset, "inputs": input_names, "files": ["model.onnx"]}
+    if quantize == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        int8_tmp = output_dir / ".model.int8.onnx.tmp"
+        quantize_dynamic(str(onnx_path), str(int8_tmp), weight_type=QuantType.QInt8)
+        int8_tmp.replace(output_dir / "model.int8.onnx")
+        report["files"].append("model.int8.onnx")
+    if validate:
+        report.update(validate_export(model, tokenizer, output_dir, batch, quantize == "int8"))
+    write_json(output_dir / "export_report.json", report)
+    if validate and not report["fp32_ok"]:
+        raise ExportError(
+            f"ONNX fp32 differs from torch by {report['fp32_max_abs_diff']:.2e} > {FP32_TOLERANCE}"
+        )
+    if validate and quantize == "int8" and not report["int8_ok"]:
+        raise ExportError(f"int8 keep/drop agreement {report['int8_agreement']:.3f} < {INT8_MIN_AGREEMENT}")
+    return report
+
+
+def validate_export(model, tokenizer, output_dir: Path, batch, with_int8: bool) -> dict:
+    import torch
+
+    from .onnx_backend import OnnxBackend
+
+    with torch.no_grad():
+        out = model(**{k: torch.from_numpy(v) for k, v in batch.items()})
+    p_torch = torch.sigmoid(out.token_logits).numpy()
+    r_torch = torch.sigmoid(out.relevance_logits).numpy()
+    ort = OnnxBackend.from_pretrained(output_dir, device="cpu")
+    tl, rl = ort(batch)
+    mask = batch["attention_mask"].astype(bool)
+    diff = float(
+        max(
+            np.abs(1 / (1 + np.exp(-tl)) - p_torch)[mask].max(), np.abs(1 / (1 + np.exp(-rl)) - r_torch).max()
+        )
+    )
+    report = {"fp32_max_abs_diff": diff, "fp32_tolerance": FP32_TOLERANCE, "fp32_ok": diff <= FP32_TOLERANCE}
+    if with_int8:
+        report.update(int8_agreement(output_dir, tokenizer, model.config))
+    return report
+
+
+def int8_agreement(output_dir: Path, tokenizer, config, items=None) -> dict:
+    """Share of sentences whose keep/drop decision under int8 equals fp32's, on sample items."""
+    from .onnx_backend import OnnxBackend
+    from .pruner import ContextPruner
+
+    if items is None:
+        items = [(q, VALIDATION_PASSAGES) for q in VALIDATION_QUERIES]
+    fp32 = ContextPruner(OnnxBackend.from_pretrained(output_dir, device="cpu"), tokenizer, config)
+    int8 = ContextPruner(
+        OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=True), tokenizer, config
+    )
+    a = [s.kept for r in fp32.prune_batch(items, dedup=False) for p in r.passages for s in p.sentences]
+    b = [s.kept for r in int8.prune_batch(items, dedup=False) for p in r.passages for s in p.sentences]
+    agree = float(np.mean(np.array(a) == np.array(b))) if a else 1.0
+    return {
+        "int8_agreement": agree,
+        "int8_sentences": len(a),
+        "int8_min_agreement": INT8_MIN_AGREEMENT,
+        "int8_ok": agree >= INT8_MIN_AGREEMENT,
+    }

@@ -1,0 +1,101 @@
+import json
+
+import numpy as np
+import pytest
+
+from inference import ContextPruner
+from inference.onnx_export import export_onnx
+from pruner_model.cli import main
+
+pytestmark = pytest.mark.slow
+
+PASSAGES = [
+    "Paris is the capital of France. The Eiffel Tower was built in 1889. It is made of iron.",
+    {
+        "id": "b",
+        "text": "Berlin is the capital of Germany. It lies on the Spree.\n\nThe Spree flows into the Havel.",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, _tiny_bert, bert_tokenizer):
+    base = tmp_path_factory.mktemp("onnx")
+    ckpt = base / "ckpt"
+    _tiny_bert.save_pretrained(ckpt)
+    bert_tokenizer.save_pretrained(ckpt)
+    out = base / "export"
+    report = export_onnx(ckpt, out, quantize="int8")
+    return ckpt, out, report
+
+
+def test_export_writes_folder_and_validates(exported):
+    _, out, report = exported
+    for name in ("model.onnx", "model.int8.onnx", "config.json", "tokenizer.json", "export_report.json"):
+        assert (out / name).is_file(), name
+    assert not (out / "model.safetensors").exists()
+    assert report["fp32_ok"] and report["fp32_max_abs_diff"] <= 1e-4
+    assert report["int8_ok"] and report["int8_agreement"] >= 0.98
+    saved = json.loads((out / "export_report.json").read_text())
+    assert saved["inputs"] == ["input_ids", "token_type_ids", "attention_mask"]
+
+
+def test_onnx_backend_matches_torch(exported):
+    ckpt, out, _ = exported
+    torch_p = ContextPruner.from_pretrained(ckpt)
+    onnx_p = ContextPruner.from_pretrained(out)
+    assert torch_p.backend.name == "torch" and onnx_p.backend.name == "onnx"
+    for threshold in (0.3, 0.5, 0.7):
+        a = torch_p.prune("Where is Berlin?", PASSAGES, threshold=threshold)
+        b = onnx_p.prune("Where is Berlin?", PASSAGES, threshold=threshold)
+        for pa, pb in zip(a.passages, b.passages):
+            assert [sp[:2] for sp in pa.spans] == [sp[:2] for sp in pb.spans]
+        sa = [s.score for p in a.passages for s in p.sentences]
+        sb = [s.score for p in b.passages for s in p.sentences]
+        assert np.allclose(sa, sb, atol=1e-4)
+    # dynamic axes: other batch sizes and lengths run
+    long = " ".join(f"Sentence {i} is here." for i in range(150))
+    r = onnx_p.prune_batch([("q one?", [long]), ("q two?", PASSAGES)])
+    assert len(r) == 2 and len(r[0].passages[0].sentences) == 150
+
+
+def test_int8_backend_loads_and_runs(exported):
+    _, out, _ = exported
+    p = ContextPruner.from_pretrained(out, quantized=True)
+    assert p.backend.model_path.name == "model.int8.onnx"
+    assert p.prune("q?", PASSAGES).stats.sentences_in == 6
+
+
+def test_export_without_token_type_ids(tmp_path, no_tti_tokenizer):
+    from pruner_model import PrunerModel
+    from tests.conftest import tiny_config
+
+    model = PrunerModel(tiny_config("distilbert")).eval()
+    model.save_pretrained(tmp_path / "ckpt")
+    no_tti_tokenizer.save_pretrained(tmp_path / "ckpt")
+    report = export_onnx(tmp_path / "ckpt", tmp_path / "out")
+    assert report["inputs"] == ["input_ids", "attention_mask"] and report["fp32_ok"]
+    p = ContextPruner.from_pretrained(tmp_path / "out")
+    assert p.backend.input_names == ["input_ids", "attention_mask"]
+    assert p.prune("q?", PASSAGES).stats.sentences_in == 6
+
+
+def test_cli_export_and_errors(tmp_path, tiny_checkpoint, capsys):
+    assert main(["export", "--model", str(tiny_checkpoint), "--output", str(tmp_path / "e")]) == 0
+    assert "fp32 max" in capsys.readouterr().err
+    assert main(["export", "--model", str(tmp_path / "missing"), "--output", str(tmp_path / "x")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "prune",
+                "--model",
+                str(tmp_path / "e"),
+                "--query",
+                "q",
+                "--passages",
+                str(tmp_path / "nope.json"),
+            ]
+        )
+        == 2
+    )

@@ -1,0 +1,192 @@
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pruner_model import IGNORE_INDEX, PrunerModel
+from pruner_model.cli import main
+from training.config import ConfigError, load_config
+from training.data import LengthGroupedBatches, read_records, tokenize_records
+from training.metrics import ScoredGroup, calibrate_threshold, metrics_at, roc_auc
+from training.trainer import train
+
+SENTS = [
+    "Paris is the capital of France.",
+    "The Eiffel Tower was built in 1889.",
+    "It is made of iron.",
+    "Berlin is the capital of Germany.",
+    "The river Spree flows through it.",
+]
+
+
+def make_records(n_groups=4, per_group=4):
+    recs = []
+    for g in range(n_groups):
+        for p in range(per_group):
+            ctx = " ".join(SENTS[(g + p + k) % len(SENTS)] for k in range(3))
+            gold = p == 0
+            start = ctx.index(SENTS[(g + p) % len(SENTS)])
+            spans = [[start, start + len(SENTS[(g + p) % len(SENTS)])]] if gold else []
+            recs.append(
+                {
+                    "id": f"q{g}/d{p}",
+                    "query": f"question {g}?",
+                    "context": ctx,
+                    "relevant_spans": spans,
+                    "source": "test",
+                }
+            )
+    return recs
+
+
+@pytest.fixture
+def data_files(tmp_path):
+    recs = make_records()
+    train_f, dev_f = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    train_f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    dev_f.write_text("".join(json.dumps(r) + "\n" for r in recs[:8]))
+    return train_f, dev_f
+
+
+def tiny_cfg(data_files, **over):
+    train_f, dev_f = data_files
+    sets = [
+        f"data.train=[{train_f}]",
+        f"data.dev=[{dev_f}]",
+        "train.batch_size=4",
+        "train.max_steps=2",
+        "train.eval_every=1",
+        "train.save_every=1",
+        "train.mixed_precision=no",
+        "data.calibration_dev_groups=1",
+        "data.report_dev_groups=1",
+        "data.max_dev_groups=2",
+        "model.max_length=128",
+        "model.stride=16",
+        "model.max_query_length=16",
+    ]
+    sets += [f"{k}={v}" for k, v in over.items()]
+    return load_config(None, sets)
+
+
+def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_model, bert_tokenizer):
+    out = tmp_path / "run"
+    metrics = train(tiny_cfg(data_files), out, model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["best_step"] in (1, 2) and len(saved["history"]) == 2
+    assert "evidence_preserved" in metrics["dev"] and 0 <= metrics["dev"]["compression"] <= 1
+    loaded = PrunerModel.from_pretrained(str(out))
+    assert loaded.config.threshold == pytest.approx(saved["calibration"]["threshold"])
+    from inference import ContextPruner
+
+    r = ContextPruner.from_pretrained(out).prune("question 1?", [SENTS[0] + " " + SENTS[1]])
+    assert r.stats.sentences_in == 2
+
+
+def test_training_changes_weights_and_lowers_loss(tmp_path, data_files, tiny_model, bert_tokenizer):
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    cfg = tiny_cfg(
+        data_files, **{"train.max_steps": 30, "train.eval_every": 0, "train.lr": 1e-3, "train.save_every": 0}
+    )
+    train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    after = load_file(str(tmp_path / "r" / "model.safetensors"))
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert any(k.startswith("token_head") for k in changed) and any(k.startswith("encoder") for k in changed)
+
+
+def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tokenizer):
+    cfg = tiny_cfg(data_files, **{"train.max_steps": 6, "train.eval_every": 0, "train.save_every": 0})
+    a, b = copy.deepcopy(tiny_model), copy.deepcopy(tiny_model)
+    train(cfg, tmp_path / "full", model=a, tokenizer=bert_tokenizer, quiet=True)
+    res = train(cfg, tmp_path / "cut", model=b, tokenizer=bert_tokenizer, quiet=True, stop_after=3)
+    assert res == {"interrupted": True, "step": 3}
+    c = copy.deepcopy(tiny_model)  # a fresh process would rebuild the model; the state restores weights
+    train(cfg, tmp_path / "cut", model=c, tokenizer=bert_tokenizer, quiet=True, resume=True)
+    wa = load_file(str(tmp_path / "full" / "model.safetensors"))
+    wb = load_file(str(tmp_path / "cut" / "model.safetensors"))
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def test_refuses_to_overwrite_a_run(tmp_path, data_files, tiny_model, bert_tokenizer):
+    cfg = tiny_cfg(data_files, **{"train.max_steps": 1, "train.eval_every": 0})
+    train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    with pytest.raises(FileExistsError):
+        train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+
+
+def test_unknown_config_key_fails_clearly(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  warmup_steps: 100\n")
+    with pytest.raises(ConfigError, match="unknown key train.warmup_steps"):
+        load_config(bad)
+    assert main(["train", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown key train.warmup_steps" in err[0]
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(None, ["nope.x=1"])
+    with pytest.raises(ConfigError, match="train.lr"):
+        load_config(None, ["train.lr=fast"])
+
+
+def test_overrides_parse_types():
+    cfg = load_config(None, ["train.lr=3e-5", "train.max_steps=7", "data.train=[a.jsonl,b.jsonl]"])
+    assert cfg.train.lr == 3e-5 and cfg.train.max_steps == 7 and cfg.data.train == ["a.jsonl", "b.jsonl"]
+
+
+def test_shipped_configs_load():
+    for name in ("quickstart", "reference", "gpu"):
+        load_config(f"configs/{name}.yaml")
+
+
+def test_windows_carry_labels_of_long_contexts(bert_tokenizer):
+    ctx = " ".join(f"Filler sentence number {i}." for i in range(60)) + " The answer is 42."
+    s = ctx.index("The answer")
+    recs = [{"id": "q/d", "query": "what?", "context": ctx, "relevant_spans": [[s, len(ctx)]]}]
+    ds = tokenize_records(recs, bert_tokenizer, max_length=64, stride=8, max_query_length=8)
+    assert len(ds) > 3
+    rel = ds["relevance"]
+    assert rel[-1] == 1.0 and sum(rel) == 1.0  # only the last window holds the answer
+    last = np.array(ds["labels"][-1])
+    ids = np.array(ds["input_ids"][-1])
+    assert bert_tokenizer.decode(ids[last == 1]) == "the answer is 42."
+    assert (np.array(ds["labels"][0]) != 1).all() and (np.array(ds["labels"][0]) == IGNORE_INDEX).any()
+
+
+def test_read_records_dedups_and_reports(tmp_path):
+    recs = make_records(2, 2)
+    f = tmp_path / "r.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs + recs[:1]))
+    out, report = read_records([str(f)])
+    assert len(out) == 4 and report.duplicates_removed == 1 and report.positives == 2
+    f.write_text(json.dumps({"id": "x", "query": "q", "context": "abc", "relevant_spans": [[0, 10]]}) + "\n")
+    with pytest.raises(ValueError, match="bad span"):
+        read_records([str(f)])
+
+
+def test_batches_are_deterministic_and_complete():
+    s = LengthGroupedBatches(np.arange(103), 8, seed=1)
+    s.for_epoch(2)
+    a, b = list(s), list(s)
+    assert a == b and sorted(i for bt in a for i in bt) == list(range(103))
+    s.for_epoch(3)
+    assert list(s) != a
+
+
+def test_metrics_and_calibration():
+    assert roc_auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
+    groups = [
+        ScoredGroup(np.array([0.9, 0.2, 0.1]), np.array([True, False, False]), np.array([10, 10, 10])),
+        ScoredGroup(np.array([0.4, 0.6]), np.array([True, False]), np.array([5, 5])),
+        ScoredGroup(np.array([0.3, 0.2]), np.array([False, False]), np.array([5, 5])),
+    ]
+    t = calibrate_threshold(groups, 1.0)
+    assert t == pytest.approx(0.4)
+    m = metrics_at(groups, t)
+    assert m["evidence_preserved"] == 1.0
+    assert m["compression"] == pytest.approx(1 - 20 / 50)
+    assert m["negative_tokens_kept"] == 0.0
+    assert metrics_at(groups, calibrate_threshold(groups, 0.5))["evidence_preserved"] >= 0.5

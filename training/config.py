@@ -1,0 +1,199 @@
+"""Training configuration: dataclasses read from YAML, unknown keys rejected, ``--set`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message is one line."""
+
+
+@dataclass
+class ModelSection:
+    backbone: str | None = None  # HF name or folder; None = the bundled all-MiniLM-L6-v2
+    init_from: str | None = None  # start from an existing pruner checkpoint instead
+    max_length: int = 256  # most SQuAD-like paragraphs fit; longer ones are windowed
+    stride: int = 64  # token overlap between windows of a long passage
+    max_query_length: int = 64
+    head_dropout: float = 0.1
+    relevance_loss_weight: float = 0.5  # the relevance head also feeds the passage gate
+
+
+@dataclass
+class DataSection:
+    train: list[str] = field(default_factory=lambda: ["data/squad/train.jsonl"])
+    dev: list[str] = field(default_factory=lambda: ["data/squad/dev.jsonl"])
+    max_train_groups: int | None = None  # subsample whole query groups (None = all)
+    max_dev_groups: int | None = 500  # dev eval during training is on this many groups
+    calibration_dev_groups: int | None = 2000  # dev groups for the final threshold calibration
+    report_dev_groups: int | None = 2000  # other dev groups, never used to calibrate: the reported numbers
+    dedup: bool = True  # duplicate (query, context) pairs teach the model to keep everything
+    seed: int = 0
+
+
+@dataclass
+class TrainSection:
+    epochs: float = 1.0
+    max_steps: int | None = None  # overrides epochs when set
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 5e-5  # encoder learning rate
+    head_lr: float = 1e-3  # fresh heads learn faster than the pretrained encoder
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    scheduler: Literal["linear", "cosine", "constant"] = "linear"
+    max_grad_norm: float = 1.0
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = "auto"  # auto: bf16 on GPU, else no
+    seed: int = 42
+    eval_every: int = 200  # steps between dev evaluations (0 = only at the end)
+    save_every: int = 200  # steps between resumable checkpoints
+    log_every: int = 10
+    best_metric: str = "compression_at_target"  # dev metric that picks the kept checkpoint
+    num_workers: int = 0
+    threads: int | None = None  # torch CPU threads (None = torch default)
+
+
+@dataclass
+class CalibrationSection:
+    target_evidence: float = 0.97  # evidence preserved to keep when picking the threshold
+    enabled: bool = True
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    calibration: CalibrationSection = field(default_factory=CalibrationSection)
+
+    def __post_init__(self) -> None:
+        t = self.train
+        if t.batch_size < 1 or t.grad_accum < 1:
+            raise ConfigError("train.batch_size and train.grad_accum must be >= 1")
+        if t.lr <= 0 or t.head_lr <= 0:
+            raise ConfigError("learning rates must be > 0")
+        if not 0 <= t.warmup_ratio < 1:
+            raise ConfigError("train.warmup_ratio must be in [0, 1)")
+        if t.max_steps is None and t.epochs <= 0:
+            raise ConfigError("train.epochs must be > 0 (or set train.max_steps)")
+        if not 0 < self.calibration.target_evidence <= 1:
+            raise ConfigError("calibration.target_evidence must be in (0, 1]")
+        if self.model.stride >= self.model.max_length // 2:
+            raise ConfigError("model.stride must be smaller than half of model.max_length")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _build(cls, data: Any, where: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    import typing
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key {where + '.' if where else ''}{unknown[0]} (known: {', '.join(sorted(fields))})"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        f = fields[name]
+        sub = f.default_factory if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+        if dataclasses.is_dataclass(sub) and isinstance(sub, type):
+            kwargs[name] = _build(sub, value, f"{where}.{name}" if where else name)
+        else:
+            kwargs[name] = _check_value(
+                f"{where}.{name}" if where else name, _coerce_number(value), hints[name]
+            )
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where or 'config'}: {exc}") from None
+
+
+def _coerce_number(value):
+    """YAML 1.1 reads ``3e-5`` (no dot) as a string; take it as the float it plainly is."""
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value.lower() for c in ".e") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _parse_value(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _check_value(name: str, value, hint):
+    """The value if it fits the field's type (YAML's ``no`` for a choice is taken as "no")."""
+    import typing
+
+    if typing.get_origin(hint) is typing.Literal:
+        choices = typing.get_args(hint)
+        if isinstance(value, bool):
+            value = {False: "no", True: "yes"}[value]
+        if value not in choices:
+            raise ConfigError(f"{name}: expected one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    allowed = _allowed_types(hint)
+    if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+        raise ConfigError(f"{name}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+    return value
+
+
+def _allowed_types(hint) -> tuple:
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return ()
+    args = typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        out: tuple = ()
+        for a in args:
+            out += _allowed_types(a) if a is not type(None) else (type(None),)
+        return out
+    if origin is list:
+        return (list,)
+    if hint is float:
+        return (float, int)
+    if hint in (int, str, bool):
+        return (hint,)
+    return ()
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config (or the defaults) and apply ``key.sub=value`` overrides."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value")
+        parts = key.split(".")
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {p} is not a section")
+        node[parts[-1]] = _parse_value(value)
+    return _build(TrainConfig, data, "")

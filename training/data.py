@@ -1,0 +1,228 @@
+"""Labeled records → tokenized training windows, with a data report.
+
+Records are read and validated line by line (a malformed line names its file and line), loaded
+into a ``datasets.Dataset``, deduplicated on (query, context), subsampled by whole query groups,
+and tokenized with :func:`pruner_model.encode_pairs`, so long contexts are windowed exactly as
+inference windows them. Each window carries token labels from ``relevant_spans`` and a relevance
+label (does the window hold a relevant token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pruner_model import IGNORE_INDEX, Windows, encode_pairs, segment, span_labels
+from pruner_model.records import RecordError, iter_jsonl, validate_labeled
+
+
+def group_id(record_id: str) -> str:
+    """Query-group id of a labeled record (``"q17/d3#2"`` → ``"q17"``)."""
+    return record_id.split("/", 1)[0]
+
+
+@dataclass
+class DataReport:
+    files: list[str]
+    records_read: int = 0
+    records: int = 0
+    positives: int = 0
+    negatives: int = 0
+    groups: int = 0
+    duplicates_removed: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    windows: int = 0
+    relevant_token_share: float = 0.0
+
+    def line(self, name: str) -> str:
+        dropped = ", ".join(f"{v} {k}" for k, v in self.dropped.items()) or "none"
+        windows = (
+            f", {self.windows} windows, relevant-token share {self.relevant_token_share:.3f}"
+            if self.windows
+            else ""
+        )
+        return (
+            f"{name}: {self.records} records in {self.groups} groups ({self.positives} positive, "
+            f"{self.negatives} negative){windows}, duplicates removed {self.duplicates_removed}, dropped: {dropped}"
+        )
+
+
+def read_records(
+    files: list[str], max_groups: int | None = None, dedup: bool = True, seed: int = 0
+) -> tuple[list[dict], DataReport]:
+    """Validated labeled records of ``files`` (whole groups subsampled to ``max_groups``)."""
+    report = DataReport(files=[str(f) for f in files])
+    seen: set[str] = set()
+    records: list[dict] = []
+    for f in files:
+        if not Path(f).is_file():
+            raise RecordError(f"{f}: no such file (build it with 'pruner data squad' or 'pruner annotate')")
+        for lineno, rec in enumerate(iter_jsonl(f), 1):
+            report.records_read += 1
+            validate_labeled(rec, f"{f}:{lineno}")
+            if not rec["context"].strip():
+                report.dropped["empty context"] = report.dropped.get("empty context", 0) + 1
+                continue
+            if not rec["query"].strip():
+                report.dropped["empty query"] = report.dropped.get("empty query", 0) + 1
+                continue
+            if dedup:
+                key = hashlib.sha1(f"{rec['query']}\x00{rec['context']}".encode()).hexdigest()
+                if key in seen:
+                    report.duplicates_removed += 1
+                    continue
+                seen.add(key)
+            records.append({k: rec[k] for k in ("id", "query", "context", "relevant_spans")})
+    if max_groups is not None:
+        gids = sorted({group_id(r["id"]) for r in records})
+        random.Random(seed).shuffle(gids)
+        keep = set(gids[:max_groups])
+        records = [r for r in records if group_id(r["id"]) in keep]
+    report.records = len(records)
+    report.positives = sum(1 for r in records if r["relevant_spans"])
+    report.negatives = report.records - report.positives
+    report.groups = len({group_id(r["id"]) for r in records})
+    return records, report
+
+
+def tokenize_records(
+    records: list[dict],
+    tokenizer,
+    max_length: int,
+    stride: int,
+    max_query_length: int,
+    report: DataReport | None = None,
+    batch_size: int = 256,
+):
+    """A ``datasets.Dataset`` of windows: model inputs, ``labels``, ``relevance``, ``record``."""
+    from datasets import Dataset
+
+    ds = Dataset.from_list([{**r, "record": i} for i, r in enumerate(records)])
+
+    def encode(batch):
+        w = encode_pairs(tokenizer, batch["query"], batch["context"], max_length, stride, max_query_length)
+        out = {k: v for k, v in w.features.items()}
+        labels = [span_labels(off, batch["relevant_spans"][p]) for off, p in zip(w.offsets, w.pair_index)]
+        out["labels"] = [lab.tolist() for lab in labels]
+        out["relevance"] = [float((lab == 1).any()) for lab in labels]
+        out["record"] = [batch["record"][p] for p in w.pair_index]
+        return out
+
+    ds = ds.map(
+        encode,
+        batched=True,
+        batch_size=batch_size,
+        remove_columns=ds.column_names,
+        desc="tokenizing",
+        load_from_cache_file=False,
+    )
+    if report is not None:
+        report.windows = len(ds)
+        pos = tot = 0
+        for lab in ds["labels"]:
+            a = np.asarray(lab)
+            pos += int((a == 1).sum())
+            tot += int((a != IGNORE_INDEX).sum())
+        report.relevant_token_share = pos / tot if tot else 0.0
+    return ds
+
+
+class LengthGroupedBatches:
+    """Deterministic batches of similar lengths: shuffle (seeded by epoch), sort inside chunks of
+    ``50 * batch_size`` by length, cut into batches, shuffle the batches. Less padding, same
+    order for the same (seed, epoch), which makes resuming exact."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, mega: int = 50):
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.mega = mega
+        self.epoch = 0
+
+    def for_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` (not named set_epoch: accelerate would call that with its own
+        per-loader counter, which restarts at 0 in a resumed run)."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng(self.seed + 1000 * self.epoch)
+        perm = rng.permutation(len(self.lengths))
+        chunk = self.batch_size * self.mega
+        batches = []
+        for c in range(0, len(perm), chunk):
+            part = perm[c : c + chunk]
+            part = part[np.argsort(-self.lengths[part], kind="stable")]
+            batches += [part[i : i + self.batch_size].tolist() for i in range(0, len(part), self.batch_size)]
+        order = rng.permutation(len(batches))
+        return iter([batches[i] for i in order])
+
+
+class Collator:
+    """Pads a list of windows to the longest one; labels pad with IGNORE_INDEX."""
+
+    def __init__(self, pad_token_id: int, input_names: list[str]):
+        self.pad = pad_token_id
+        self.input_names = input_names
+
+    def __call__(self, rows: list[dict]):
+        import torch
+
+        width = max(len(r["input_ids"]) for r in rows)
+        out = {}
+        for name in [*self.input_names, "labels"]:
+            if name not in rows[0]:
+                continue
+            fill = self.pad if name == "input_ids" else IGNORE_INDEX if name == "labels" else 0
+            arr = np.full((len(rows), width), fill, dtype=np.int64)
+            for i, r in enumerate(rows):
+                arr[i, : len(r[name])] = r[name]
+            out[name] = torch.from_numpy(arr)
+        out["relevance_labels"] = torch.tensor([r["relevance"] for r in rows], dtype=torch.float32)
+        return out
+
+
+@dataclass
+class DevSet:
+    """Dev records tokenized into windows, with their units, unit labels and query groups."""
+
+    records: list[dict]
+    windows: Windows
+    token_labels: list[np.ndarray]  # per window
+    units: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # starts, ends, labels, words
+    groups: dict[str, list[int]]  # group id -> record indices
+
+
+def build_dev_set(
+    records: list[dict], tokenizer, max_length: int, stride: int, max_query_length: int
+) -> DevSet:
+    w = encode_pairs(
+        tokenizer,
+        [r["query"] for r in records],
+        [r["context"] for r in records],
+        max_length,
+        stride,
+        max_query_length,
+    )
+    token_labels = [span_labels(off, records[p]["relevant_spans"]) for off, p in zip(w.offsets, w.pair_index)]
+    units = []
+    for r in records:
+        us = segment(r["context"])
+        starts = np.array([u.start for u in us], dtype=np.int64)
+        ends = np.array([u.end for u in us], dtype=np.int64)
+        labels = np.zeros(len(us), dtype=bool)
+        for s, e in r["relevant_spans"]:
+            labels |= (starts < e) & (ends > s)
+        words = np.array([len(r["context"][u.start : u.end].split()) for u in us], dtype=np.int64)
+        units.append((starts, ends, labels, words))
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(group_id(r["id"]), []).append(i)
+    return DevSet(records, w, token_labels, units, groups)
