@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -114,7 +115,111 @@ def data_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def annotate_main(argv: list[str] | None = None) -> int:
-    from .llm_cli import annotate_main as impl
+def _annotate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pruner annotate",
+        description="Label raw groups {id, query, passages:[{id,title,text}]} (JSONL) with an LLM behind "
+        "any OpenAI-compatible endpoint. Appends labeled records to --output (resumable: a re-run skips "
+        "groups already there), caches every answer in OUTPUT.cache.jsonl, records failures in "
+        "OUTPUT.rejects.jsonl and writes the accounting to OUTPUT.stats.json. With --compare-gold, "
+        "also reports agreement with gold labeled records (or only that, without --input).",
+    )
+    p.add_argument(
+        "--input", default=None, help="raw grouped records (JSONL), e.g. data/squad/dev.groups.jsonl"
+    )
+    p.add_argument("--output", required=True, help="labeled records (JSONL, appended)")
+    p.add_argument("--model", default=os.environ.get("OPENAI_MODEL"), help="model name (or $OPENAI_MODEL)")
+    p.add_argument("--base-url", default=None, help="endpoint (default: $OPENAI_BASE_URL)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    p.add_argument("--limit", type=int, default=None, help="only the first N groups")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--max-retries", type=int, default=5)
+    p.add_argument("--max-invalid", type=int, default=2, help="extra attempts after an invalid answer")
+    p.add_argument(
+        "--max-prompt-tokens", type=int, default=1500, help="above this estimate: one call per passage"
+    )
+    p.add_argument("--max-tokens", type=int, default=512, help="completion tokens per request")
+    p.add_argument("--structured", choices=["auto", "json_schema", "json_object", "none"], default="auto")
+    p.add_argument("--price-prompt", type=float, default=0.0, help="USD per million prompt tokens")
+    p.add_argument("--price-completion", type=float, default=0.0, help="USD per million completion tokens")
+    p.add_argument("--compare-gold", default=None, metavar="GOLD.jsonl", help="gold labeled records")
+    return p
 
-    return impl(argv)
+
+def annotate_main(argv: list[str] | None = None) -> int:
+    import json as _json
+
+    from tqdm.auto import tqdm
+
+    from pruner_model.records import read_jsonl
+
+    from .llm import Annotator, AnnotatorSettings, compare_with_gold
+
+    args = _annotate_parser().parse_args(argv)
+    out = Path(args.output)
+    if args.input is None and args.compare_gold is None:
+        raise ValueError("give --input (to annotate) and/or --compare-gold")
+    summary: dict = {}
+    if args.input is not None:
+        if not args.model:
+            raise ValueError("--model is required (or set OPENAI_MODEL)")
+        groups = read_jsonl(args.input)
+        for i, g in enumerate(groups, 1):
+            if (
+                not isinstance(g.get("query"), str)
+                or not isinstance(g.get("passages"), list)
+                or "id" not in g
+            ):
+                raise ValueError(f"{args.input}:{i}: expected {{id, query, passages}}")
+            for p in g["passages"]:
+                if not isinstance(p, dict) or not isinstance(p.get("text"), str):
+                    raise ValueError(f"{args.input}:{i}: a passage lacks a 'text' string")
+        if args.limit is not None:
+            groups = groups[: args.limit]
+        settings = AnnotatorSettings(
+            model=args.model,
+            base_url=args.base_url,
+            api_key=os.environ.get(args.api_key_env),
+            concurrency=args.concurrency,
+            timeout=args.timeout,
+            max_retries=args.max_retries,
+            max_invalid=args.max_invalid,
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_tokens=args.max_tokens,
+            structured=args.structured,
+            price_prompt=args.price_prompt,
+            price_completion=args.price_completion,
+        )
+        annotator = Annotator(settings)
+        annotator.open_cache(out.with_name(out.name + ".cache.jsonl"))
+        with tqdm(total=len(groups), desc="annotating", unit="group") as bar:
+            acc = annotator.run(groups, out, out.with_name(out.name + ".rejects.jsonl"), progress=bar)
+        summary["accounting"] = acc.to_dict()
+        a = summary["accounting"]
+        print(
+            f"groups: {a['groups_done']} labeled, {a['groups_skipped']} already done, {a['groups_rejected']} "
+            f"rejected; requests {a['requests']} (cache hits {a['cache_hits']}, retries {a['retries']}, "
+            f"invalid answers {a['invalid_answers']}); tokens {a['prompt_tokens']} prompt + "
+            f"{a['completion_tokens']} completion; estimated cost ${a['estimated_cost']:.4f}",
+            file=sys.stderr,
+        )
+    if args.compare_gold is not None:
+        agreement = compare_with_gold(read_jsonl(out), read_jsonl(args.compare_gold))
+        summary["agreement_with_gold"] = agreement
+        print(
+            "agreement with gold: "
+            + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in agreement.items()),
+            file=sys.stderr,
+        )
+    write_json(out.with_name(out.name + ".stats.json"), summary)
+    print(_json.dumps(summary, indent=2))
+    rejected = summary.get("accounting", {}).get("groups_rejected", 0)
+    if rejected:
+        print(
+            f"{rejected} groups rejected (reasons in {out.name}.rejects.jsonl); re-run the same command to "
+            "retry them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

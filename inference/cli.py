@@ -178,3 +178,84 @@ def serve_main(argv: list[str] | None = None) -> int:
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def _evaluate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pruner evaluate",
+        description="Measure compression against evidence kept on labeled records (JSONL), for the model "
+        "(checkpoint or ONNX folder) and baselines (keep all, BM25 top-N passages, lexical overlap, "
+        "bi-encoder cosine). Writes OUTPUT/report.json, report.md and curve.png; recommends the threshold "
+        "that reaches --target-evidence and, with --write-threshold, stores it in the model's config.json.",
+    )
+    p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
+    p.add_argument("--data", required=True, help="labeled records (JSONL), e.g. data/squad/dev.jsonl")
+    p.add_argument("--output", required=True, help="report folder")
+    p.add_argument("--target-evidence", type=float, default=0.97)
+    p.add_argument("--max-groups", type=int, default=500, help="evaluate the first N query groups")
+    p.add_argument(
+        "--baselines",
+        default="all,bm25,lexical,biencoder",
+        help="comma list from all,bm25,lexical,biencoder (or 'none')",
+    )
+    p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
+    p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
+    p.add_argument(
+        "--write-threshold", action="store_true", help="store the recommended threshold in the model"
+    )
+    return p
+
+
+def evaluate_main(argv: list[str] | None = None) -> int:
+    args = _evaluate_parser().parse_args(argv)
+    if not 0 < args.target_evidence <= 1:
+        raise ValueError("--target-evidence must be in (0, 1]")
+    model_dir = Path(args.model)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    from pruner_model.records import read_jsonl, validate_labeled, write_json
+
+    records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
+    known = {"all", "bm25", "lexical", "biencoder"}
+    baselines = tuple(b for b in args.baselines.split(",") if b and b != "none")
+    if set(baselines) - known:
+        raise ValueError(
+            f"unknown baseline {sorted(set(baselines) - known)[0]!r} (choose from {sorted(known)})"
+        )
+    budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    from tqdm.auto import tqdm
+
+    from .evaluate import evaluate, plot_curves, write_markdown
+    from .pruner import ContextPruner
+
+    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend)
+    report = evaluate(
+        pruner,
+        records,
+        target=args.target_evidence,
+        max_groups=args.max_groups,
+        baselines=baselines,
+        budgets=budgets,
+        progress_factory=lambda n, desc: tqdm(total=n, desc=desc, unit="query"),
+    )
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "report.json", report)
+    write_markdown(report, out / "report.md")
+    plot_curves(report, out / "curve.png")
+    op = report["operating_point"]
+    print(
+        f"recommended threshold {report['recommended_threshold']:.4f} for evidence ≥ {args.target_evidence}: "
+        f"evidence preserved {op['evidence_preserved']:.3f}, compression {op['compression']:.3f} "
+        f"(report in {out})",
+        file=sys.stderr,
+    )
+    if args.write_threshold:
+        from pruner_model import PrunerConfig
+
+        cfg = PrunerConfig.from_pretrained(str(model_dir))
+        cfg.threshold = float(report["recommended_threshold"])
+        cfg.save_pretrained(str(model_dir))
+        print(f"wrote threshold {cfg.threshold:.4f} into {model_dir / 'config.json'}", file=sys.stderr)
+    print((out / "report.md").read_text(encoding="utf-8"))
+    return 0

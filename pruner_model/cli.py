@@ -14,7 +14,7 @@ COMMANDS = {
     "data": ("annotation.cli", "data_main", "build labeled records from QA data sets"),
     "annotate": ("annotation.cli", "annotate_main", "label (query, passages) groups with an LLM"),
     "train": ("training.cli", "train_main", "fine-tune a pruner from a YAML config"),
-    "evaluate": ("training.cli", "evaluate_main", "measure compression vs evidence kept"),
+    "evaluate": ("inference.cli", "evaluate_main", "measure compression vs evidence kept"),
     "prune": ("inference.cli", "prune_main", "prune passages for a query"),
     "export": ("inference.cli", "export_main", "export a checkpoint to ONNX"),
     "serve": ("inference.cli", "serve_main", "serve a pruner over HTTP"),

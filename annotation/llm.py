@@ -1,0 +1,374 @@
+"""LLM annotation through any OpenAI-compatible endpoint: bounded retries, concurrency, a
+content-hash cache, resumable append-only output, and token/cost accounting.
+
+Nothing lost, nothing paid twice:
+* labeled records are appended group by group and flushed; a re-run with the same output skips
+  the groups already there, and a half-written last line (a crash mid-write) is cut off first;
+* every successful answer is stored in a cache keyed by (model, prompt version, query, passages),
+  so the same request is never sent twice, across runs too;
+* a group whose answers stay invalid after the allowed retries goes to the rejects file with the
+  reason (and is tried again on the next run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from .prompt import (
+    PROMPT_VERSION,
+    InvalidAnswer,
+    PromptPassage,
+    build_messages,
+    parse_answer,
+    prepare_passages,
+    request_key,
+    response_schema,
+)
+
+
+@dataclass
+class AnnotatorSettings:
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None  # never logged; default from OPENAI_API_KEY
+    concurrency: int = 4  # requests in flight
+    timeout: float = 60.0  # seconds per request
+    max_retries: int = 5  # transport retries (429, 5xx, timeouts, connection errors) per request
+    max_invalid: int = 2  # extra attempts when the answer is invalid
+    backoff_base: float = 0.5  # seconds; doubles each retry, with jitter
+    backoff_max: float = 30.0
+    max_prompt_tokens: int = 1500  # listwise above this estimate → one call per passage
+    temperature: float = 0.0
+    max_tokens: int = 512
+    structured: str = "auto"  # "json_schema" | "json_object" | "none" | "auto"
+    price_prompt: float = 0.0  # per million prompt tokens
+    price_completion: float = 0.0  # per million completion tokens
+
+
+@dataclass
+class Accounting:
+    groups_done: int = 0
+    groups_skipped: int = 0
+    groups_rejected: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    invalid_answers: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated_cost: float = 0.0
+    seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **kw) -> None:
+        with self.lock:
+            for k, v in kw.items():
+                setattr(self, k, getattr(self, k) + v)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+
+
+class TransportError(RuntimeError):
+    """The endpoint kept failing after the allowed retries."""
+
+
+def estimate_tokens(messages: list[dict]) -> int:
+    return sum(len(m["content"]) for m in messages) // 4 + 16
+
+
+def repair_jsonl(path: Path) -> int:
+    """Cut a half-written last line (no trailing newline) off an append-only JSONL file.
+    Returns the number of bytes removed."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        fh.truncate(keep)
+        return len(data) - keep
+
+
+def _read_jsonl_lenient(path: Path) -> Iterable[dict]:
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+class Annotator:
+    """Labels grouped records ``{id, query, passages}`` with an OpenAI-compatible chat model."""
+
+    def __init__(self, settings: AnnotatorSettings, client=None, sleep: Callable[[float], None] = time.sleep):
+        self.s = settings
+        if client is None:
+            from openai import OpenAI
+
+            client = OpenAI(
+                base_url=settings.base_url or os.environ.get("OPENAI_BASE_URL"),
+                api_key=settings.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+                timeout=settings.timeout,
+                max_retries=0,  # retries are ours: bounded, with backoff and Retry-After
+            )
+        self.client = client
+        self.sleep = sleep
+        self.acc = Accounting()
+        self.structured = settings.structured
+        self.cache: dict[str, str] = {}
+        self._cache_fh = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ transport
+    def _retry_after(self, exc) -> float | None:
+        resp = getattr(exc, "response", None)
+        headers = getattr(resp, "headers", None) or {}
+        value = headers.get("retry-after") if hasattr(headers, "get") else None
+        try:
+            return min(float(value), self.s.backoff_max) if value is not None else None
+        except ValueError:
+            return None
+
+    def _is_retryable(self, exc) -> bool:
+        import openai
+
+        if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | openai.RateLimitError):
+            return True
+        if isinstance(exc, openai.APIStatusError):
+            return exc.status_code >= 500 or exc.status_code in (408, 409, 429)
+        return False
+
+    def _complete(self, messages: list[dict], passages: list[PromptPassage]) -> str:
+        """One chat completion with bounded retries; returns the answer text."""
+        import openai
+
+        attempt = 0
+        while True:
+            kwargs = dict(
+                model=self.s.model,
+                messages=messages,
+                temperature=self.s.temperature,
+                max_tokens=self.s.max_tokens,
+            )
+            mode = self.structured
+            if mode in ("auto", "json_schema"):
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "labels", "schema": response_schema(passages)},
+                }
+            elif mode == "json_object":
+                kwargs["response_format"] = {"type": "json_object"}
+            try:
+                self.acc.add(requests=1)
+                resp = self.client.chat.completions.create(**kwargs)
+            except openai.BadRequestError as exc:
+                if mode == "auto":  # this server does not take structured output: fall back once
+                    self.structured = "none"
+                    continue
+                raise TransportError(f"request rejected by the endpoint: {exc.status_code}") from None
+            except Exception as exc:
+                if not self._is_retryable(exc) or attempt >= self.s.max_retries:
+                    kind = type(exc).__name__
+                    raise TransportError(f"{kind} after {attempt} retries") from None
+                attempt += 1
+                self.acc.add(retries=1)
+                delay = self._retry_after(exc)
+                if delay is None:
+                    delay = min(self.s.backoff_max, self.s.backoff_base * 2 ** (attempt - 1))
+                    delay *= 0.5 + random.random()  # jitter
+                self.sleep(delay)
+                continue
+            usage = getattr(resp, "usage", None)
+            if usage is not None:
+                pt, ct = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+                cost = pt / 1e6 * self.s.price_prompt + ct / 1e6 * self.s.price_completion
+                self.acc.add(prompt_tokens=pt, completion_tokens=ct, estimated_cost=cost)
+            choices = getattr(resp, "choices", None) or []
+            return (choices[0].message.content or "") if choices else ""
+
+    # ------------------------------------------------------------------ one group
+    def _ask(self, query: str, passages: list[PromptPassage]) -> dict[str, tuple[list[int], str]]:
+        """Labels for ``passages`` from one request (cache first; invalid answers retried)."""
+        key = request_key(self.s.model, query, passages)
+        with self._lock:
+            cached = self.cache.get(key)
+        if cached is not None:
+            try:
+                labels = parse_answer(cached, passages)
+                self.acc.add(cache_hits=1)
+                return labels
+            except InvalidAnswer:
+                pass
+        messages = build_messages(query, passages, nonce=key[:12])
+        last = None
+        for _ in range(self.s.max_invalid + 1):
+            content = self._complete(messages, passages)
+            try:
+                labels = parse_answer(content, passages)
+            except InvalidAnswer as exc:
+                self.acc.add(invalid_answers=1)
+                last = exc
+                continue
+            self._remember(key, content)
+            return labels
+        raise InvalidAnswer(f"{last} (after {self.s.max_invalid + 1} answers)")
+
+    def label_group(self, group: dict) -> tuple[list[dict], dict]:
+        """Labeled records of one raw group and the mode used (listwise or pointwise)."""
+        gid = str(group["id"])
+        query = group["query"]
+        passages = prepare_passages(group["passages"])
+        listwise = estimate_tokens(build_messages(query, passages, "x" * 12)) <= self.s.max_prompt_tokens
+        labels: dict[str, tuple[list[int], str]] = {}
+        if listwise:
+            labels = self._ask(query, passages)
+        else:
+            for p in passages:
+                alias_labels = self._ask(query, [PromptPassage("P1", p.id, p.title, p.text, p.units)])
+                labels[p.alias] = alias_labels["P1"]
+        source = f"llm:{self.s.model}@{PROMPT_VERSION}"
+        records = []
+        for p in passages:
+            sents, reason = labels[p.alias]
+            records.append(
+                {
+                    "id": f"{gid}/{p.id}",
+                    "query": query,
+                    "title": p.title,
+                    "context": p.text,
+                    "relevant_spans": [[p.units[k - 1].start, p.units[k - 1].end] for k in sents],
+                    "source": source,
+                    "meta": {
+                        "sentences": sents,
+                        "reason": reason,
+                        "mode": "listwise" if listwise else "pointwise",
+                    },
+                }
+            )
+        return records, {"mode": "listwise" if listwise else "pointwise"}
+
+    # ------------------------------------------------------------------ cache
+    def open_cache(self, path: Path) -> None:
+        repair_jsonl(path)
+        for obj in _read_jsonl_lenient(path):
+            if isinstance(obj.get("key"), str) and isinstance(obj.get("content"), str):
+                self.cache[obj["key"]] = obj["content"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._cache_fh = open(path, "a", encoding="utf-8")
+
+    def _remember(self, key: str, content: str) -> None:
+        with self._lock:
+            self.cache[key] = content
+            if self._cache_fh is not None:
+                self._cache_fh.write(json.dumps({"key": key, "content": content}) + "\n")
+                self._cache_fh.flush()
+
+    # ------------------------------------------------------------------ a whole run
+    def run(self, groups: list[dict], output: Path, rejects: Path, progress=None) -> Accounting:
+        """Label ``groups`` into ``output`` (appending, resumable); failures go to ``rejects``."""
+        output, rejects = Path(output), Path(rejects)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        repair_jsonl(output)
+        repair_jsonl(rejects)
+        done = {str(r.get("id", "")).split("/", 1)[0] for r in _read_jsonl_lenient(output)}
+        todo = [g for g in groups if str(g["id"]) not in done]
+        self.acc.add(groups_skipped=len(groups) - len(todo))
+        t0 = time.perf_counter()
+        with (
+            open(output, "a", encoding="utf-8") as out_fh,
+            open(rejects, "a", encoding="utf-8") as rej_fh,
+            ThreadPoolExecutor(max_workers=max(1, self.s.concurrency)) as pool,
+        ):
+            pending = {}
+            it = iter(todo)
+
+            def submit_next() -> bool:
+                g = next(it, None)
+                if g is None:
+                    return False
+                pending[pool.submit(self.label_group, g)] = g
+                return True
+
+            for _ in range(max(1, self.s.concurrency) * 2):
+                if not submit_next():
+                    break
+            try:
+                while pending:
+                    finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        g = pending.pop(fut)
+                        try:
+                            records, _ = fut.result()
+                        except (InvalidAnswer, TransportError) as exc:
+                            rej_fh.write(json.dumps({"id": g["id"], "reason": str(exc)}) + "\n")
+                            rej_fh.flush()
+                            self.acc.add(groups_rejected=1)
+                        else:
+                            out_fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+                            out_fh.flush()
+                            self.acc.add(groups_done=1)
+                        if progress is not None:
+                            progress.update(1)
+                        submit_next()
+            except KeyboardInterrupt:
+                for fut in pending:
+                    fut.cancel()
+                raise
+            finally:
+                self.acc.add(seconds=time.perf_counter() - t0)
+                if self._cache_fh is not None:
+                    self._cache_fh.flush()
+        return self.acc
+
+
+def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict:
+    """Agreement of LLM labels with gold labels on the passages both label.
+
+    Sentence precision/recall/F1 over units (a unit is relevant when it overlaps a relevant span),
+    and the share of passages where the relevant/irrelevant call agrees."""
+    from pruner_model import segment
+
+    gold = {r["id"]: r for r in gold_records}
+    tp = fp = fn = 0
+    agree = n = 0
+    for r in llm_records:
+        g = gold.get(r["id"])
+        if g is None or g["context"] != r["context"]:
+            continue
+        n += 1
+        units = segment(r["context"])
+
+        def rel(spans):
+            return [any(u.start < e and u.end > s for s, e in spans) for u in units]
+
+        a, b = rel(r["relevant_spans"]), rel(g["relevant_spans"])
+        tp += sum(x and y for x, y in zip(a, b))
+        fp += sum(x and not y for x, y in zip(a, b))
+        fn += sum(y and not x for x, y in zip(a, b))
+        agree += int(any(a) == any(b))
+    p = tp / (tp + fp) if tp + fp else 0.0
+    rc = tp / (tp + fn) if tp + fn else 0.0
+    return {
+        "passages_compared": n,
+        "sentence_precision": p,
+        "sentence_recall": rc,
+        "sentence_f1": 2 * p * rc / (p + rc) if p + rc else 0.0,
+        "relevance_agreement": agree / n if n else float("nan"),
+    }

@@ -1,0 +1,376 @@
+"""`pruner evaluate`: compression against evidence kept, for the model and baselines, on the same
+units and through the same metric code (:mod:`pruner_model.metrics`).
+
+Every system gives each unit of each passage a score; a threshold sweep over those scores traces
+the curve of compression vs evidence preserved. The model's scores come from
+:meth:`ContextPruner.prune_batch`; its operating point (the recommended threshold) is then
+measured by running the real pipeline (dedup included) at that threshold.
+
+Baselines: keep everything; top-N passages by BM25; sentence lexical overlap with a density bonus
+(0.7·|q∩s|/|q| + 0.3·|q∩s|/|s| over stop-word-free word sets); bi-encoder cosine between query and
+sentence with the bundled all-MiniLM-L6-v2 (needs torch).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pruner_model import segment
+from pruner_model.metrics import ScoredGroup, best_compression_at, calibrate_threshold, metrics_at, sweep
+
+TARGETS = (0.90, 0.95, 0.97, 0.99)
+_WORD = re.compile(r"\w+", re.UNICODE)
+STOP_WORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
+    "these those there their they them he she his her we our you your i me my what which who whom whose when "
+    "where why how do does did done not no so than then too very can could should would will shall may might "
+    "must have has had into about over under after before between during also just only such any some all "
+    "each both more most other".split()
+)
+
+
+def words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in words(text) if w not in STOP_WORDS}
+
+
+@dataclass
+class EvalGroup:
+    """One query with its passages (labeled records sharing a group id)."""
+
+    id: str
+    query: str
+    passages: list[dict]  # {id, text, relevant_spans}
+    units: list[list]  # per passage: segment() units
+    labels: list[np.ndarray]  # per passage: unit overlaps a relevant span
+    words: list[np.ndarray]  # per passage: words per unit
+
+
+def load_groups(records: list[dict], max_groups: int | None = None) -> list[EvalGroup]:
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        by.setdefault(r["id"].split("/", 1)[0], []).append(r)
+    groups = []
+    for gid, recs in by.items():
+        if max_groups is not None and len(groups) >= max_groups:
+            break
+        passages, units, labels, wcount = [], [], [], []
+        for r in recs:
+            us = segment(r["context"])
+            starts = np.array([u.start for u in us], dtype=np.int64)
+            ends = np.array([u.end for u in us], dtype=np.int64)
+            lab = np.zeros(len(us), dtype=bool)
+            for s, e in r["relevant_spans"]:
+                lab |= (starts < e) & (ends > s)
+            passages.append({"id": r["id"].split("/", 1)[-1], "text": r["context"]})
+            units.append(us)
+            labels.append(lab)
+            wcount.append(np.array([len(words(r["context"][u.start : u.end])) for u in us], dtype=np.int64))
+        groups.append(EvalGroup(gid, recs[0]["query"], passages, units, labels, wcount))
+    return groups
+
+
+def _scored(g: EvalGroup, scores: list[np.ndarray], tokens: list[np.ndarray]) -> ScoredGroup:
+    return ScoredGroup(
+        np.concatenate(scores) if scores else np.zeros(0),
+        np.concatenate(g.labels) if g.labels else np.zeros(0, bool),
+        np.concatenate(tokens) if tokens else np.zeros(0, np.int64),
+        np.concatenate(g.words) if g.words else np.zeros(0, np.int64),
+    )
+
+
+# ---------------------------------------------------------------------------- systems
+def model_scores(pruner, groups: list[EvalGroup], batch_queries: int = 16, progress=None):
+    """Unit scores and token counts from the pruner (scores only: threshold 1, no dedup)."""
+    out, latencies = [], []
+    for b in range(0, len(groups), batch_queries):
+        chunk = groups[b : b + batch_queries]
+        results = pruner.prune_batch([(g.query, g.passages) for g in chunk], threshold=1.0, dedup=False)
+        for g, r in zip(chunk, results):
+            scores = [np.array([s.score for s in p.sentences]) for p in r.passages]
+            tokens = [np.array([s.tokens for s in p.sentences], dtype=np.int64) for p in r.passages]
+            out.append((scores, tokens))
+            latencies.append(r.stats.encoder_seconds + r.stats.postprocess_seconds)
+        if progress is not None:
+            progress.update(len(chunk))
+    return out, latencies
+
+
+def lexical_scores(g: EvalGroup) -> list[np.ndarray]:
+    q = content_words(g.query)
+    out = []
+    for p, us in zip(g.passages, g.units):
+        sc = []
+        for u in us:
+            s = content_words(p["text"][u.start : u.end])
+            inter = len(q & s)
+            sc.append(0.7 * inter / len(q) + 0.3 * inter / len(s) if q and s else 0.0)
+        out.append(np.array(sc))
+    return out
+
+
+class BM25:
+    def __init__(self, docs: list[list[str]], k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.df = Counter(w for d in docs for w in set(d))
+        self.n = len(docs)
+        self.avgdl = float(np.mean([len(d) for d in docs])) if docs else 1.0
+
+    def score(self, query: list[str], doc: list[str]) -> float:
+        tf = Counter(doc)
+        s = 0.0
+        for w in set(query):
+            if w not in tf:
+                continue
+            idf = math.log(1 + (self.n - self.df[w] + 0.5) / (self.df[w] + 0.5))
+            s += (
+                idf
+                * tf[w]
+                * (self.k1 + 1)
+                / (tf[w] + self.k1 * (1 - self.b + self.b * len(doc) / self.avgdl))
+            )
+        return s
+
+
+def bm25_scores(groups: list[EvalGroup]) -> list[list[np.ndarray]]:
+    """Every unit of a passage gets (P - rank) / P, rank by BM25 within the group: a threshold
+    then keeps the top-N passages whole."""
+    bm = BM25([words(p["text"]) for g in groups for p in g.passages])
+    out = []
+    for g in groups:
+        q = [w for w in words(g.query) if w not in STOP_WORDS]
+        s = np.array([bm.score(q, words(p["text"])) for p in g.passages])
+        ranks = np.argsort(np.argsort(-s, kind="stable"), kind="stable")
+        n = len(g.passages)
+        out.append([np.full(len(us), (n - rk) / n) for us, rk in zip(g.units, ranks)])
+    return out
+
+
+def biencoder_scores(groups: list[EvalGroup], batch_size: int = 64, progress=None) -> list[list[np.ndarray]]:
+    """Cosine similarity of mean-pooled all-MiniLM-L6-v2 embeddings, mapped to [0, 1]."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from pruner_model import default_backbone_path
+
+    path = str(default_backbone_path())
+    tok = AutoTokenizer.from_pretrained(path)
+    enc = AutoModel.from_pretrained(path).eval()
+
+    @torch.no_grad()
+    def embed(texts: list[str]) -> np.ndarray:
+        vecs = []
+        for i in range(0, len(texts), batch_size):
+            b = tok(
+                texts[i : i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
+            )
+            h = enc(**b).last_hidden_state
+            m = b["attention_mask"].unsqueeze(-1).float()
+            v = (h * m).sum(1) / m.sum(1).clamp(min=1)
+            vecs.append(torch.nn.functional.normalize(v, dim=-1).numpy())
+        return np.concatenate(vecs) if vecs else np.zeros((0, 1))
+
+    out = []
+    for g in groups:
+        texts = [p["text"][u.start : u.end] for p, us in zip(g.passages, g.units) for u in us]
+        e = embed([g.query, *texts])
+        cos = (e[1:] @ e[0] + 1) / 2 if len(texts) else np.zeros(0)
+        sizes = np.cumsum([len(us) for us in g.units])[:-1]
+        out.append(list(np.split(cos, sizes)))
+        if progress is not None:
+            progress.update(1)
+    return out
+
+
+# ---------------------------------------------------------------------------- report
+def evaluate(
+    pruner,
+    records: list[dict],
+    target: float = 0.97,
+    max_groups: int | None = None,
+    baselines: tuple[str, ...] = ("all", "bm25", "lexical", "biencoder"),
+    budgets: tuple[int, ...] = (),
+    progress_factory=None,
+) -> dict:
+    """Curves, best compression per evidence target and the recommended threshold."""
+    groups = load_groups(records, max_groups)
+    if not groups:
+        raise ValueError("no groups to evaluate")
+    bar = progress_factory(len(groups), "scoring (model)") if progress_factory else None
+    t0 = time.perf_counter()
+    scored, latencies = model_scores(pruner, groups, progress=bar)
+    if bar is not None:
+        bar.close()
+    tokens = [t for _, t in scored]
+    systems: dict[str, list[ScoredGroup]] = {
+        "pruner": [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
+    }
+    if "all" in baselines:
+        systems["keep_all"] = [
+            _scored(g, [np.ones(len(u)) for u in g.units], t) for g, t in zip(groups, tokens)
+        ]
+    if "bm25" in baselines:
+        systems["bm25_top_n"] = [_scored(g, s, t) for g, s, t in zip(groups, bm25_scores(groups), tokens)]
+    if "lexical" in baselines:
+        systems["lexical_overlap"] = [_scored(g, lexical_scores(g), t) for g, t in zip(groups, tokens)]
+    if "biencoder" in baselines:
+        bar = progress_factory(len(groups), "scoring (bi-encoder)") if progress_factory else None
+        be = biencoder_scores(groups, progress=bar)
+        if bar is not None:
+            bar.close()
+        systems["biencoder_cosine"] = [_scored(g, s, t) for g, s, t in zip(groups, be, tokens)]
+    report: dict = {
+        "groups": len(groups),
+        "passages": sum(len(g.passages) for g in groups),
+        "groups_with_evidence": sum(any(lab.any() for lab in g.labels) for g in groups),
+        "target_evidence": target,
+        "systems": {},
+    }
+    for name, gs in systems.items():
+        curve = sweep(gs)
+        best = {
+            f"{t:.2f}": (
+                lambda p: (
+                    None if p is None else {"compression": p["compression"], "threshold": p["threshold"]}
+                )
+            )(best_compression_at(curve, t))
+            for t in TARGETS
+        }
+        report["systems"][name] = {
+            "curve": [
+                {
+                    k: pt[k]
+                    for k in (
+                        "threshold",
+                        "evidence_preserved",
+                        "compression",
+                        "word_compression",
+                        "f1",
+                        "f2",
+                    )
+                }
+                for pt in curve
+            ],
+            "best_compression_at": best,
+        }
+    # the model's operating point, measured through the real pipeline (dedup included)
+    model_groups = systems["pruner"]
+    threshold = calibrate_threshold(model_groups, target)
+    results = pruner.prune_batch([(g.query, g.passages) for g in groups], threshold=threshold)
+    masks = [
+        np.concatenate([np.array([s.kept for s in p.sentences], dtype=bool) for p in r.passages])
+        for r in results
+    ]
+    op = metrics_at(model_groups, threshold, keep_masks=masks)
+    op["checkpoint_threshold"] = float(pruner.config.threshold)
+    op["at_checkpoint_threshold"] = metrics_at(model_groups, float(pruner.config.threshold))
+    op["latency_ms_mean"] = float(np.mean(latencies) * 1000 / 1)
+    op["seconds"] = time.perf_counter() - t0
+    report["recommended_threshold"] = threshold
+    report["operating_point"] = op
+    if budgets:
+        report["budgets"] = []
+        for b in budgets:
+            res = pruner.prune_batch([(g.query, g.passages) for g in groups], threshold=0.0, token_budget=b)
+            masks = [
+                np.concatenate([np.array([s.kept for s in p.sentences], dtype=bool) for p in r.passages])
+                for r in res
+            ]
+            m = metrics_at(model_groups, 0.0, keep_masks=masks)
+            report["budgets"].append(
+                {
+                    "token_budget": b,
+                    "evidence_preserved": m["evidence_preserved"],
+                    "compression": m["compression"],
+                }
+            )
+    return report
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    lines = [
+        "# Pruning evaluation\n",
+        f"{report['groups']} queries ({report['groups_with_evidence']} with evidence), "
+        f"{report['passages']} passages.\n",
+        "## Best token compression at each evidence-preserved level\n",
+        "| system | " + " | ".join(f"evidence ≥ {t:.2f}" for t in TARGETS) + " |",
+        "|---|" + "---|" * len(TARGETS),
+    ]
+    for name, s in report["systems"].items():
+        cells = []
+        for t in TARGETS:
+            b = s["best_compression_at"][f"{t:.2f}"]
+            cells.append("—" if b is None else f"{b['compression']:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    op = report["operating_point"]
+    lines += [
+        "",
+        f"## Operating point (target evidence {report['target_evidence']})\n",
+        f"Recommended threshold **{report['recommended_threshold']:.4f}** "
+        f"(checkpoint default {op['checkpoint_threshold']:.4f}), measured through the full pipeline:\n",
+        "| metric | value |",
+        "|---|---|",
+    ]
+    for k in (
+        "evidence_preserved",
+        "relevant_sentences_kept",
+        "compression",
+        "word_compression",
+        "precision",
+        "recall",
+        "f1",
+        "f2",
+        "negative_tokens_kept",
+        "latency_ms_mean",
+    ):
+        lines.append(f"| {k} | {op[k]:.3f} |")
+    if report.get("budgets"):
+        lines += ["", "## Token budgets\n", "| budget | evidence preserved | compression |", "|---|---|---|"]
+        lines += [
+            f"| {b['token_budget']} | {b['evidence_preserved']:.3f} | {b['compression']:.3f} |"
+            for b in report["budgets"]
+        ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def plot_curves(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    for name, s in report["systems"].items():
+        pts = sorted((p["compression"], p["evidence_preserved"]) for p in s["curve"])
+        xs, ys = zip(*pts)
+        style = "o" if name == "keep_all" else "-"
+        ax.plot(xs, ys, style, label=name, lw=2 if name == "pruner" else 1.2)
+    op = report["operating_point"]
+    ax.plot(
+        [op["compression"]],
+        [op["evidence_preserved"]],
+        "k*",
+        ms=14,
+        label=f"operating point (t={report['recommended_threshold']:.3f})",
+    )
+    ax.axhline(report["target_evidence"], color="grey", ls=":", lw=1)
+    ax.set_xlabel("token compression (1 − kept / total)")
+    ax.set_ylabel("evidence preserved (queries with every relevant sentence kept)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"Compression vs evidence ({report['groups']} queries)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
