@@ -355,10 +355,7 @@ def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict
         n += 1
         units = segment(r["context"])
 
-        def rel(spans):
-            return [any(u.start < e and u.end > s for s, e in spans) for u in units]
-
-        a, b = rel(r["relevant_spans"]), rel(g["relevant_spans"])
+        a, b = _unit_flags(units, r["relevant_spans"]), _unit_flags(units, g["relevant_spans"])
         tp += sum(x and y for x, y in zip(a, b))
         fp += sum(x and not y for x, y in zip(a, b))
         fn += sum(y and not x for x, y in zip(a, b))
@@ -372,3 +369,7 @@ def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict
         "sentence_f1": 2 * p * rc / (p + rc) if p + rc else 0.0,
         "relevance_agreement": agree / n if n else float("nan"),
     }
+
+
+def _unit_flags(units, spans) -> list[bool]:
+    return [any(u.start < e and u.end > s for s, e in spans) for u in units]

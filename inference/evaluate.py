@@ -96,7 +96,7 @@ def model_scores(pruner, groups: list[EvalGroup], batch_queries: int = 16, progr
     for b in range(0, len(groups), batch_queries):
         chunk = groups[b : b + batch_queries]
         results = pruner.prune_batch([(g.query, g.passages) for g in chunk], threshold=1.0, dedup=False)
-        for g, r in zip(chunk, results):
+        for r in results:
             scores = [np.array([s.score for s in p.sentences]) for p in r.passages]
             tokens = [np.array([s.tokens for s in p.sentences], dtype=np.int64) for p in r.passages]
             out.append((scores, tokens))
