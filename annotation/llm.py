@@ -169,24 +169,26 @@ class Annotator:
             )
             mode = self.structured
             if mode in ("auto", "json_schema"):
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "labels", "schema": response_schema(passages)},
-                }
-            elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+                kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": "labels", "schema": response_schema(passages)}}
+            elif mode in ("json_object", "auto_json_object"):
+                # llama.cpp's server constrains decoding to "schema"; other servers ignore it
+                kwargs["response_format"] = {"type": "json_object", "schema": response_schema(passages)}
             try:
                 self.acc.add(requests=1)
                 resp = self.client.chat.completions.create(**kwargs)
-            except openai.BadRequestError as exc:
-                if mode == "auto":  # this server does not take structured output: fall back once
-                    self.structured = "none"
-                    continue
-                raise TransportError(f"request rejected by the endpoint: {exc.status_code}") from None
             except Exception as exc:
+                status = getattr(exc, "status_code", None)
+                if mode.startswith("auto") and status is not None and status >= 400 and (
+                    status in (400, 422) or "response_format" in str(exc)
+                ):
+                    # this server does not take this kind of structured output: step down once
+                    self.structured = "auto_json_object" if mode == "auto" else "none"
+                    continue
+                if isinstance(exc, openai.BadRequestError):
+                    raise TransportError(f"request rejected by the endpoint: {exc.status_code}") from None
                 if not self._is_retryable(exc) or attempt >= self.s.max_retries:
-                    kind = type(exc).__name__
-                    raise TransportError(f"{kind} after {attempt} retries") from None
+                    raise TransportError(f"{type(exc).__name__} after {attempt} retries") from None
                 attempt += 1
                 self.acc.add(retries=1)
                 delay = self._retry_after(exc)
@@ -238,8 +240,13 @@ class Annotator:
         listwise = estimate_tokens(build_messages(query, passages, "x" * 12)) <= self.s.max_prompt_tokens
         labels: dict[str, tuple[list[int], str]] = {}
         if listwise:
-            labels = self._ask(query, passages)
-        else:
+            try:
+                labels = self._ask(query, passages)
+            except TransportError as exc:
+                if "rejected by the endpoint" not in str(exc) or len(passages) == 1:
+                    raise
+                listwise = False  # most often the context window: one passage per call instead
+        if not listwise:
             for p in passages:
                 alias_labels = self._ask(query, [PromptPassage("P1", p.id, p.title, p.text, p.units)])
                 labels[p.alias] = alias_labels["P1"]

@@ -48,13 +48,11 @@ class FakeOpenAI:
                     return self._send(400, {"error": {"message": "response_format not supported"}})
                 aliases = sorted(set(re.findall(r"BEGIN PASSAGE (P\d+)", body["messages"][1]["content"])))
                 if action == "ok":
-                    content = json.dumps(
-                        {"labels": [{"passage": a, "sentences": [1], "reason": "r"} for a in aliases]}
-                    )
+                    content = json.dumps({a: {"sentences": [1], "reason": "r"} for a in aliases})
                 elif action == "unknown_id":
-                    content = json.dumps({"labels": [{"passage": "P99", "sentences": [1]}]})
+                    content = json.dumps({"P99": {"sentences": [1], "reason": ""}})
                 elif action == "truncated":
-                    content = '{"labels": [{"passage": "P1", "sent'
+                    content = '{"P1": {"sent'
                 else:
                     content = "I think the answer is Paris."
                 self._send(

@@ -67,24 +67,16 @@ def test_prompt_fences_untrusted_passages():
 
 def test_validator_rejects_out_of_list_labels():
     ps = prepare_passages([{"id": "x", "text": "One. Two."}, {"id": "y", "text": "Three."}])
-    ok = parse_answer(
-        '```json\n{"labels": [{"passage": "P1", "sentences": [2, 2]}, {"passage": "P2", "sentences": []}]}\n```',
-        ps,
-    )
+    ok = parse_answer('```json\n{"P1": {"sentences": [2, 2], "reason": "x"}, "P2": {"sentences": []}}\n```', ps)
     assert ok["P1"][0] == [2] and ok["P2"][0] == []
     for bad, why in [
-        ('{"labels": [{"passage": "P7", "sentences": [1]}]}', "unknown passage"),
-        (
-            '{"labels": [{"passage": "P1", "sentences": [3]}, {"passage": "P2", "sentences": []}]}',
-            "out of range",
-        ),
-        ('{"labels": [{"passage": "P1", "sentences": [1]}]}', "no label for passage P2"),
-        (
-            '{"labels": [{"passage": "P1", "sentences": ["1"]}, {"passage": "P2", "sentences": []}]}',
-            "integers",
-        ),
+        ('{"P1": {"sentences": [1]}, "P2": {"sentences": []}, "P7": {"sentences": [1]}}', "unknown passage"),
+        ('{"P1": {"sentences": [3]}, "P2": {"sentences": []}}', "out of range"),
+        ('{"P1": {"sentences": [1]}}', "no label for passage P2"),
+        ('{"P1": {"sentences": ["1"]}, "P2": {"sentences": []}}', "integers"),
         ("Sure! Paris.", "not JSON"),
-        ('{"labels": [{"passage": "P1", "sent', "not"),
+        ('{"P1": {"sent', "not"),
+        ("[1, 2]", "not"),
         ("", "empty"),
     ]:
         with pytest.raises(InvalidAnswer, match=why):
@@ -139,11 +131,12 @@ def test_persistent_5xx_gives_up(tmp_path):
 
 
 def test_structured_output_falls_back_when_unsupported(tmp_path):
-    with FakeOpenAI(script=["bad_request"]) as fake:
+    with FakeOpenAI(script=["bad_request", "bad_request"]) as fake:
         ann = Annotator(settings(fake.url))
         acc = ann.run(groups(1), tmp_path / "o.jsonl", tmp_path / "r.jsonl")
-        assert "response_format" in fake.requests[0] and "response_format" not in fake.requests[1]
-    assert acc.groups_done == 1
+        kinds = [r.get("response_format", {}).get("type") for r in fake.requests]
+        assert kinds == ["json_schema", "json_object", None]
+    assert acc.groups_done == 1 and acc.retries == 0
 
 
 def test_resume_skips_done_repairs_half_line_and_uses_cache(tmp_path):
