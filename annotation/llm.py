@@ -169,8 +169,10 @@ class Annotator:
             )
             mode = self.structured
             if mode in ("auto", "json_schema"):
-                kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": "labels", "schema": response_schema(passages)}}
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "labels", "schema": response_schema(passages)},
+                }
             elif mode in ("json_object", "auto_json_object"):
                 # llama.cpp's server constrains decoding to "schema"; other servers ignore it
                 kwargs["response_format"] = {"type": "json_object", "schema": response_schema(passages)}
@@ -179,8 +181,11 @@ class Annotator:
                 resp = self.client.chat.completions.create(**kwargs)
             except Exception as exc:
                 status = getattr(exc, "status_code", None)
-                if mode.startswith("auto") and status is not None and status >= 400 and (
-                    status in (400, 422) or "response_format" in str(exc)
+                if (
+                    mode.startswith("auto")
+                    and status is not None
+                    and status >= 400
+                    and (status in (400, 422) or "response_format" in str(exc))
                 ):
                     # this server does not take this kind of structured output: step down once
                     self.structured = "auto_json_object" if mode == "auto" else "none"
@@ -351,6 +356,7 @@ def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict
     Sentence precision/recall/F1 over units (a unit is relevant when it overlaps a relevant span),
     and the share of passages where the relevant/irrelevant call agrees."""
     from pruner_model import segment
+    from pruner_model.alignment import unit_labels
 
     gold = {r["id"]: r for r in gold_records}
     tp = fp = fn = 0
@@ -362,7 +368,10 @@ def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict
         n += 1
         units = segment(r["context"])
 
-        a, b = _unit_flags(units, r["relevant_spans"]), _unit_flags(units, g["relevant_spans"])
+        a, b = (
+            unit_labels(units, r["relevant_spans"]).tolist(),
+            unit_labels(units, g["relevant_spans"]).tolist(),
+        )
         tp += sum(x and y for x, y in zip(a, b))
         fp += sum(x and not y for x, y in zip(a, b))
         fn += sum(y and not x for x, y in zip(a, b))
@@ -376,7 +385,3 @@ def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict
         "sentence_f1": 2 * p * rc / (p + rc) if p + rc else 0.0,
         "relevance_agreement": agree / n if n else float("nan"),
     }
-
-
-def _unit_flags(units, spans) -> list[bool]:
-    return [any(u.start < e and u.end > s for s, e in spans) for u in units]

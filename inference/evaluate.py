@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pruner_model import segment
+from pruner_model.alignment import unit_labels
 from pruner_model.metrics import ScoredGroup, best_compression_at, calibrate_threshold, metrics_at, sweep
 
 TARGETS = (0.90, 0.95, 0.97, 0.99)
@@ -67,11 +68,7 @@ def load_groups(records: list[dict], max_groups: int | None = None) -> list[Eval
         passages, units, labels, wcount = [], [], [], []
         for r in recs:
             us = segment(r["context"])
-            starts = np.array([u.start for u in us], dtype=np.int64)
-            ends = np.array([u.end for u in us], dtype=np.int64)
-            lab = np.zeros(len(us), dtype=bool)
-            for s, e in r["relevant_spans"]:
-                lab |= (starts < e) & (ends > s)
+            lab = unit_labels(us, r["relevant_spans"])
             passages.append({"id": r["id"].split("/", 1)[-1], "text": r["context"]})
             units.append(us)
             labels.append(lab)

@@ -140,3 +140,13 @@ def sentence_scores(
     uniq_starts = np.unique(starts[valid])
     n_tokens = np.bincount(token_to_sentence(uniq_starts, sent_starts, sent_ends), minlength=n)
     return scores, n_tokens
+
+
+def unit_labels(units, spans) -> np.ndarray:
+    """For each unit (anything with ``start``/``end``), does it overlap one of the char ``spans``."""
+    starts = np.array([u.start for u in units], dtype=np.int64)
+    ends = np.array([u.end for u in units], dtype=np.int64)
+    labels = np.zeros(len(units), dtype=bool)
+    for s, e in spans:
+        labels |= (starts < e) & (ends > s)
+    return labels

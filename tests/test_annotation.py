@@ -67,7 +67,9 @@ def test_prompt_fences_untrusted_passages():
 
 def test_validator_rejects_out_of_list_labels():
     ps = prepare_passages([{"id": "x", "text": "One. Two."}, {"id": "y", "text": "Three."}])
-    ok = parse_answer('```json\n{"P1": {"sentences": [2, 2], "reason": "x"}, "P2": {"sentences": []}}\n```', ps)
+    ok = parse_answer(
+        '```json\n{"P1": {"sentences": [2, 2], "reason": "x"}, "P2": {"sentences": []}}\n```', ps
+    )
     assert ok["P1"][0] == [2] and ok["P2"][0] == []
     for bad, why in [
         ('{"P1": {"sentences": [1]}, "P2": {"sentences": []}, "P7": {"sentences": [1]}}', "unknown passage"),

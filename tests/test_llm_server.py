@@ -47,9 +47,25 @@ class LlamaServer:
 
     def start(self) -> "LlamaServer":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", "2048", "--n_threads", "2"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(self.model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_ctx",
+                "2048",
+                "--n_threads",
+                "2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
@@ -88,23 +104,52 @@ def squad_groups(n: int, passages: int = 2) -> list[dict]:
             g["passages"] = [{**p, "text": p["text"][:450]} for p in g["passages"][:passages]]
             out.append(g)
         return out
-    facts = [("Paris", "France", "the Seine"), ("Berlin", "Germany", "the Spree"), ("Rome", "Italy", "the Tiber"),
-             ("Vienna", "Austria", "the Danube"), ("Prague", "Czechia", "the Vltava")]
+    facts = [
+        ("Paris", "France", "the Seine"),
+        ("Berlin", "Germany", "the Spree"),
+        ("Rome", "Italy", "the Tiber"),
+        ("Vienna", "Austria", "the Danube"),
+        ("Prague", "Czechia", "the Vltava"),
+    ]
     out = []
     for i in range(n):
         city, country, river = facts[i % len(facts)]
         other = facts[(i + 1) % len(facts)]
-        out.append({"id": f"g{i}", "query": f"Which river flows through {city}?", "passages": [
-            {"id": "a", "title": city, "text": f"{city} is the capital of {country}. The city lies on {river}. "
-                                               f"It has many museums."},
-            {"id": "b", "title": other[0], "text": f"{other[0]} is the capital of {other[1]}. Its river is {other[2]}."},
-        ][:passages]})
+        out.append(
+            {
+                "id": f"g{i}",
+                "query": f"Which river flows through {city}?",
+                "passages": [
+                    {
+                        "id": "a",
+                        "title": city,
+                        "text": f"{city} is the capital of {country}. The city lies on {river}. "
+                        f"It has many museums.",
+                    },
+                    {
+                        "id": "b",
+                        "title": other[0],
+                        "text": f"{other[0]} is the capital of {other[1]}. Its river is {other[2]}.",
+                    },
+                ][:passages],
+            }
+        )
     return out
 
 
 def settings(url: str, **kw) -> AnnotatorSettings:
-    base = dict(model="smollm2", base_url=url, api_key="local", concurrency=2, timeout=60, max_retries=2,
-                backoff_base=0.2, backoff_max=1.0, max_prompt_tokens=1200, max_tokens=160)
+    base = dict(
+        model="smollm2",
+        base_url=url,
+        api_key="local",
+        concurrency=2,
+        timeout=60,
+        max_retries=2,
+        backoff_base=0.2,
+        backoff_max=1.0,
+        max_prompt_tokens=1200,
+        max_tokens=160,
+    )
     base.update(kw)
     return AnnotatorSettings(**base)
 

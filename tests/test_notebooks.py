@@ -16,7 +16,11 @@ def test_notebook_executes(name, monkeypatch):
     monkeypatch.setenv("PRUNER_NB_FAST", "1")
     monkeypatch.setenv("PRUNER_MODEL", str(ROOT / "runs" / "__none__"))  # never depend on local runs
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-    NotebookClient(nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    NotebookClient(
+        nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors
     assert os.environ["PRUNER_NB_FAST"] == "1"

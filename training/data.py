@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pruner_model import IGNORE_INDEX, Windows, encode_pairs, segment, span_labels
+from pruner_model.alignment import unit_labels
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
 
 
@@ -217,9 +218,7 @@ def build_dev_set(
         us = segment(r["context"])
         starts = np.array([u.start for u in us], dtype=np.int64)
         ends = np.array([u.end for u in us], dtype=np.int64)
-        labels = np.zeros(len(us), dtype=bool)
-        for s, e in r["relevant_spans"]:
-            labels |= (starts < e) & (ends > s)
+        labels = unit_labels(us, r["relevant_spans"])
         words = np.array([len(r["context"][u.start : u.end].split()) for u in us], dtype=np.int64)
         units.append((starts, ends, labels, words))
     groups: dict[str, list[int]] = {}
