@@ -11,17 +11,16 @@ from pruner_model.records import RecordError, atomic_open, iter_jsonl, read_text
 
 
 def load_passages(path: str | Path) -> list:
-    """Passages from ``.json`` (a list, or an object with "passages"), ``.jsonl`` (one string
-    or ``{id, title, text}`` object a line) or ``.txt`` (the whole file is one passage)."""
+    """Passages from ``.json`` (a list, or an object with "passages"), ``.jsonl`` (one
+    ``{id, title, text}`` object a line) or ``.txt`` (the whole file is one passage)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        items = []
-        for obj in iter_jsonl(path):
-            items.append(obj)
-        return items
-    text = read_text(path)
-    if suffix == ".json":
+        data = list(iter_jsonl(path))
+    elif suffix in {".txt", ".md", ""}:
+        return [read_text(path)]
+    elif suffix == ".json":
+        text = read_text(path)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -30,13 +29,20 @@ def load_passages(path: str | Path) -> list:
             data = data.get("passages")
         if not isinstance(data, list):
             raise RecordError(f"{path}: expected a list of passages or an object with 'passages'")
-        for i, p in enumerate(data):
-            if not isinstance(p, str) and not (isinstance(p, dict) and isinstance(p.get("text"), str)):
-                raise RecordError(f"{path}: passage {i} is neither a string nor an object with 'text'")
-        return data
-    if suffix in {".txt", ".md", ""}:
-        return [text]
-    raise RecordError(f"{path}: unsupported passages file type {suffix!r} (json, jsonl, txt)")
+    else:
+        raise RecordError(f"{path}: unsupported passages file type {suffix!r} (json, jsonl, txt)")
+    for i, p in enumerate(data):
+        if not isinstance(p, str) and not (isinstance(p, dict) and isinstance(p.get("text"), str)):
+            raise RecordError(f"{path}: passage {i} is neither a string nor an object with 'text'")
+    return data
+
+
+def existing_model_dir(path: str) -> Path:
+    """The model folder, or a one-line error before any heavy import."""
+    model_dir = Path(path)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    return model_dir
 
 
 def _prune_parser() -> argparse.ArgumentParser:
@@ -64,9 +70,7 @@ def prune_main(argv: list[str] | None = None) -> int:
     if not args.query.strip():
         raise ValueError("--query is empty")
     passages = load_passages(args.passages)
-    model_dir = Path(args.model)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    model_dir = existing_model_dir(args.model)
     from .pruner import ContextPruner
 
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend)
@@ -118,9 +122,7 @@ def _export_parser() -> argparse.ArgumentParser:
 
 def export_main(argv: list[str] | None = None) -> int:
     args = _export_parser().parse_args(argv)
-    model_dir = Path(args.model)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    model_dir = existing_model_dir(args.model)
     from .onnx_export import export_onnx
 
     report = export_onnx(
@@ -158,9 +160,7 @@ def _serve_parser() -> argparse.ArgumentParser:
 
 def serve_main(argv: list[str] | None = None) -> int:
     args = _serve_parser().parse_args(argv)
-    model_dir = Path(args.model)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    model_dir = existing_model_dir(args.model)
     import uvicorn
 
     from .pruner import ContextPruner
@@ -210,9 +210,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     args = _evaluate_parser().parse_args(argv)
     if not 0 < args.target_evidence <= 1:
         raise ValueError("--target-evidence must be in (0, 1]")
-    model_dir = Path(args.model)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder not found: {model_dir}")
+    model_dir = existing_model_dir(args.model)
     from pruner_model.records import read_jsonl, validate_labeled, write_json
 
     records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]

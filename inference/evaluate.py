@@ -271,7 +271,7 @@ def evaluate(
     op = metrics_at(model_groups, threshold, keep_masks=masks)
     op["checkpoint_threshold"] = float(pruner.config.threshold)
     op["at_checkpoint_threshold"] = metrics_at(model_groups, float(pruner.config.threshold))
-    op["latency_ms_mean"] = float(np.mean(latencies) * 1000 / 1)
+    op["latency_ms_mean"] = float(np.mean(latencies) * 1000)
     op["seconds"] = time.perf_counter() - t0
     report["recommended_threshold"] = threshold
     report["operating_point"] = op
@@ -337,7 +337,10 @@ def write_markdown(report: dict, path: Path) -> None:
             f"| {b['token_budget']} | {b['evidence_preserved']:.3f} | {b['compression']:.3f} |"
             for b in report["budgets"]
         ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    from pruner_model.records import atomic_open
+
+    with atomic_open(path) as fh:
+        fh.write("\n".join(lines) + "\n")
 
 
 def plot_curves(report: dict, path: Path) -> None:
@@ -369,5 +372,8 @@ def plot_curves(report: dict, path: Path) -> None:
     ax.legend(loc="lower left", fontsize=8)
     ax.set_title(f"Compression vs evidence ({report['groups']} queries)")
     fig.tight_layout()
-    fig.savefig(path)
+    from pruner_model.records import atomic_open
+
+    with atomic_open(path, "wb") as fh:  # no half-written figure if plotting fails
+        fig.savefig(fh, format="png")
     plt.close(fig)
