@@ -36,6 +36,13 @@ def _data_parser() -> argparse.ArgumentParser:
         "--hard-distractors", type=int, default=2, help="distractors from the gold paragraph's article"
     )
     p.add_argument("--no-gold-share", type=float, default=0.1, help="share of groups with no gold paragraph")
+    p.add_argument(
+        "--train-answers",
+        choices=["all", "first"],
+        default="all",
+        help="train labels: sentences of every annotator's answer (default) or of the first only; "
+        "dev and --file splits always label the first (reference) answer's sentences",
+    )
     p.add_argument("--max-train-questions", type=int, default=None)
     p.add_argument("--max-dev-questions", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -53,6 +60,7 @@ def data_main(argv: list[str] | None = None) -> int:
         raise ValueError("--passages-per-group must be >= 1")
     out = Path(args.output)
     jobs: list[tuple[str, list[tuple[str, Path]], int | None]] = []
+    all_answers = {"train": args.train_answers == "all"}
     if args.train_splits:
         jobs.append(
             (
@@ -86,6 +94,7 @@ def data_main(argv: list[str] | None = None) -> int:
                 args.no_gold_share,
                 args.seed,
                 None,
+                all_answers=all_answers.get(name, False),
             )
             records += r
             groups += g
@@ -105,6 +114,7 @@ def data_main(argv: list[str] | None = None) -> int:
             "positives": kinds["gold"],
             "negatives": kinds["negative"],
             "groups_without_gold": no_gold,
+            "labels": "every answer's sentences" if all_answers.get(name) else "the first answer's sentences",
         }
         print(
             f"{name}: {len(groups)} groups, {len(records)} records ({kinds['gold']} gold, "

@@ -145,11 +145,15 @@ def build_groups(
     no_gold_share: float = 0.1,
     seed: int = 0,
     max_questions: int | None = None,
+    all_answers: bool = False,
 ) -> tuple[list[dict], list[dict]]:
     """(labeled records, raw groups) for the questions, as described in the module docstring.
 
     The relevant spans of the gold paragraph are the sentences the first (reference) answer
-    overlaps.
+    overlaps or, with ``all_answers``, the sentences any annotator's answer overlaps. About 8% of
+    SQuAD questions have an alternative answer in another sentence: training labels take them
+    all (a sentence holding a valid answer labeled irrelevant teaches the model to drop answers),
+    while dev labels keep the reference answer (evidence preserved = its sentence is kept).
     """
     rng = random.Random(seed)
     by_article: dict[int, list[int]] = {}
@@ -184,10 +188,13 @@ def build_groups(
         for i in members:
             p = paragraphs[i]
             if i == gold:
-                key = (i, q.answers[0])
-                if key not in seg_cache:
-                    seg_cache[key] = answer_sentence_spans(p.context, q.answers[0])
-                spans = seg_cache[key]
+                spans = []
+                for ans in q.answers if all_answers else q.answers[:1]:
+                    key = (i, ans)
+                    if key not in seg_cache:
+                        seg_cache[key] = answer_sentence_spans(p.context, ans)
+                    spans += [sp for sp in seg_cache[key] if sp not in spans]
+                spans.sort()
             else:
                 spans = []
             records.append(

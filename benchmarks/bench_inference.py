@@ -75,6 +75,28 @@ def bench_pruner(pruner, pairs, repeats: int = 2) -> dict:
     }
 
 
+def bench_batching_ceiling(pruner, pairs, clients: int = 8, repeats: int = 2) -> dict:
+    """In-process upper bound of what micro-batching can gain, without HTTP: queries (5 passages
+    each) scored one call at a time vs ``clients`` queries per call, as the server's queue would
+    group them under ``clients`` concurrent clients."""
+    from inference.pruner import PruneRequest
+
+    params = pruner.selection_params()
+    reqs = [PruneRequest(q, ps, params) for q, ps in groups_of(pairs)]
+    pruner.run(reqs[:2])  # warm-up
+    one = many = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for r in reqs:
+            pruner.run([r])
+        one = min(one, time.perf_counter() - t)
+        t = time.perf_counter()
+        for i in range(0, len(reqs), clients):
+            pruner.run(reqs[i : i + clients])
+        many = min(many, time.perf_counter() - t)
+    return {"one_at_a_time_s": one, "batched_s": many, "queries_per_call": clients, "ratio": one / many}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -201,6 +223,17 @@ def main() -> int:
         base = results["runs"][f"torch_fp32@{n}t"]["pairs_per_s"]
         ratios[f"onnx_fp32/torch_fp32@{n}t"] = results["runs"][f"onnx_fp32@{n}t"]["pairs_per_s"] / base
         ratios[f"onnx_int8/torch_fp32@{n}t"] = results["runs"][f"onnx_int8@{n}t"]["pairs_per_s"] / base
+    n_max = max(int(x) for x in args.threads.split(","))
+    ceiling = bench_batching_ceiling(
+        ContextPruner.from_pretrained(onnx_dir, backend="onnx", device="cpu", threads=n_max, quantized=True),
+        pairs,
+    )
+    results["batching_ceiling"] = ceiling
+    ratios[f"in_process_batched/one_at_a_time@{n_max}t"] = ceiling["ratio"]
+    print(
+        f"in-process (onnx int8, {n_max} threads): 8 queries per call vs one at a time = {ceiling['ratio']:.2f}x",
+        file=sys.stderr,
+    )
     if not args.no_server:
         extra = ["--quantized"]
         single = bench_server(onnx_dir, pairs, batching=False, extra=extra)

@@ -117,6 +117,11 @@ def _export_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=["int8"], default=None, help="also write a dynamic int8 model")
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--no-validate", action="store_true", help="skip the comparison with torch")
+    p.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="skip onnxruntime's transformer fusions (Attention, LayerNorm, GELU) before quantizing",
+    )
     return p
 
 
@@ -126,13 +131,23 @@ def export_main(argv: list[str] | None = None) -> int:
     from .onnx_export import export_onnx
 
     report = export_onnx(
-        model_dir, args.output, opset=args.opset, quantize=args.quantize, validate=not args.no_validate
+        model_dir,
+        args.output,
+        opset=args.opset,
+        quantize=args.quantize,
+        validate=not args.no_validate,
+        fuse=not args.no_fuse,
     )
     if "fp32_max_abs_diff" in report:
         line = f"fp32 max |Δp| vs torch {report['fp32_max_abs_diff']:.2e} (tolerance {report['fp32_tolerance']:.0e})"
         if "int8_agreement" in report:
             line += f"; int8 keep/drop agreement {report['int8_agreement']:.3f} on {report['int8_sentences']} sentences"
         print(line, file=sys.stderr)
+    if report.get("fused"):
+        ops = ", ".join(f"{k} {v}" for k, v in report["fused_operators"].items())
+        print(f"fused: {ops}", file=sys.stderr)
+    elif report.get("fusion_skipped"):
+        print(f"graph not fused ({report['fusion_skipped']})", file=sys.stderr)
     print(f"exported to {args.output}: {', '.join(report['files'])}", file=sys.stderr)
     return 0
 

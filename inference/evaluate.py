@@ -24,7 +24,14 @@ import numpy as np
 
 from pruner_model import segment
 from pruner_model.alignment import unit_labels
-from pruner_model.metrics import ScoredGroup, best_compression_at, calibrate_threshold, metrics_at, sweep
+from pruner_model.metrics import (
+    ScoredGroup,
+    best_compression_at,
+    calibrate_threshold,
+    metrics_at,
+    relative_groups,
+    sweep,
+)
 
 TARGETS = (0.90, 0.95, 0.97, 0.99)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -209,9 +216,12 @@ def evaluate(
     if bar is not None:
         bar.close()
     tokens = [t for _, t in scored]
-    systems: dict[str, list[ScoredGroup]] = {
-        "pruner": [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
-    }
+    raw = [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
+    floor = getattr(pruner.config, "relative_floor", None)
+    # the curve the checkpoint's thresholds live on: relative scores when it has a relative floor
+    systems: dict[str, list[ScoredGroup]] = {"pruner": relative_groups(raw, floor)}
+    if floor is not None:
+        systems["pruner_absolute"] = raw
     if "all" in baselines:
         systems["keep_all"] = [
             _scored(g, [np.ones(len(u)) for u in g.units], t) for g, t in zip(groups, tokens)
@@ -231,6 +241,7 @@ def evaluate(
         "passages": sum(len(g.passages) for g in groups),
         "groups_with_evidence": sum(any(lab.any() for lab in g.labels) for g in groups),
         "target_evidence": target,
+        "relative_floor": floor,
         "systems": {},
     }
     for name, gs in systems.items():
@@ -314,7 +325,13 @@ def write_markdown(report: dict, path: Path) -> None:
         "",
         f"## Operating point (target evidence {report['target_evidence']})\n",
         f"Recommended threshold **{report['recommended_threshold']:.4f}** "
-        f"(checkpoint default {op['checkpoint_threshold']:.4f}), measured through the full pipeline:\n",
+        f"(checkpoint default {op['checkpoint_threshold']:.4f}"
+        + (
+            f"; on scores relative to each query's best sentence, floor {report['relative_floor']}"
+            if report.get("relative_floor") is not None
+            else ""
+        )
+        + "), measured through the full pipeline:\n",
         "| metric | value |",
         "|---|---|",
     ]

@@ -127,7 +127,9 @@ class ContextPruner:
         tokens over all passages (best sentences first, document order restored); ``neighbors``
         adds ±n sentences of the same paragraph around each kept one; ``keep_top`` keeps the k
         best sentences whatever their score; ``min_relevance`` drops passages whose relevance
-        probability is lower.
+        probability is lower. When the checkpoint has a ``relative_floor`` (set by calibration),
+        the threshold applies to each score divided by ``max(relative_floor, best score among
+        these passages)``; set ``pruner.config.relative_floor = None`` for absolute scores.
         """
         return self.prune_batch(
             [(query, passages)],
@@ -168,7 +170,9 @@ class ContextPruner:
         return self.run([PruneRequest(q, ps, params) for q, ps in items])
 
     def selection_params(self, threshold: float | None = None, **kwargs) -> SelectionParams:
-        """Selection settings, the threshold defaulting to the checkpoint's calibrated one."""
+        """Selection settings, the threshold (and relative floor) defaulting to the checkpoint's
+        calibrated ones."""
+        kwargs.setdefault("relative_floor", getattr(self.config, "relative_floor", None))
         return SelectionParams(
             threshold=self.config.threshold if threshold is None else float(threshold), **kwargs
         )

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pruner_model.metrics import relative_scores
+
 _WS = re.compile(r"\s+")
 
 
@@ -31,8 +33,9 @@ class Units:
         return len(self.scores)
 
 
-def apply_threshold(units: Units, threshold: float) -> np.ndarray:
-    return units.scores >= threshold
+def apply_threshold(units: Units, threshold: float, relative_floor: float | None = None) -> np.ndarray:
+    """Units whose score (relative to the request's best, see ``relative_scores``) is ``>= threshold``."""
+    return relative_scores(units.scores, relative_floor) >= threshold
 
 
 def gate_passages(units: Units, keep: np.ndarray, min_relevance: float | None) -> np.ndarray:
@@ -124,6 +127,7 @@ def pack_budget(
 @dataclass(frozen=True)
 class SelectionParams:
     threshold: float
+    relative_floor: float | None = None  # see pruner_model.metrics.relative_scores
     token_budget: int | None = None
     per_passage_budget: int | None = None
     neighbors: int = 0
@@ -135,6 +139,8 @@ class SelectionParams:
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.relative_floor is not None and not 0.0 < self.relative_floor <= 1.0:
+            raise ValueError(f"relative_floor must be None or in (0, 1], got {self.relative_floor}")
         for name in ("token_budget", "per_passage_budget"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -148,7 +154,7 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
 
     Returns the keep mask and the number of duplicate units removed.
     """
-    keep = apply_threshold(units, params.threshold)
+    keep = apply_threshold(units, params.threshold, params.relative_floor)
     keep = gate_passages(units, keep, params.min_relevance)
     keep = keep_top(units, keep, params.keep_top)
     keep = expand_neighbors(units, keep, params.neighbors)

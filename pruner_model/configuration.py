@@ -27,6 +27,9 @@ class PrunerConfig(PreTrainedConfig):
     stride: int = 64  # context tokens shared by consecutive windows of a long passage
     max_query_length: int = 64  # longer queries are cut so every window keeps room for context
     threshold: float = 0.5  # default keep threshold on sentence scores; calibrated by training
+    relative_floor: float | None = None  # None: threshold the scores as they are. A value f in
+    # (0, 1]: threshold score / max(f, best score of the request), so a request whose best sentence
+    # is clearly relevant drops its weak sentences harder; calibration picks f (or None) on dev data
     head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
@@ -41,6 +44,8 @@ class PrunerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.relative_floor is not None and not 0.0 < self.relative_floor <= 1.0:
+            raise ValueError(f"relative_floor must be None or in (0, 1], got {self.relative_floor}")
         if self.max_length < 16:
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if not 0 <= self.stride < self.max_length // 2:

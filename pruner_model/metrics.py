@@ -97,6 +97,34 @@ def metrics_at(
     }
 
 
+def relative_scores(scores: np.ndarray, floor: float | None) -> np.ndarray:
+    """The scores a threshold is compared with: ``scores / max(floor, best score)`` over the units
+    of one request (one query's passages), or the scores unchanged when ``floor`` is None.
+
+    With a floor, a request whose best sentence scores high prunes its other sentences relative to
+    that best one; a request whose best sentence is weak (under ``floor``) is thresholded as is,
+    scaled by ``1 / floor``.
+
+    >>> relative_scores(np.array([0.8, 0.2, 0.01]), 0.1).round(3).tolist()
+    [1.0, 0.25, 0.012]
+    >>> relative_scores(np.array([0.05, 0.01]), 0.1).round(3).tolist()
+    [0.5, 0.1]
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if floor is None or not len(scores):
+        return scores
+    if not 0.0 < floor <= 1.0:
+        raise ValueError(f"relative_floor must be in (0, 1], got {floor}")
+    return scores / max(floor, float(scores.max()))
+
+
+def relative_groups(groups: list[ScoredGroup], floor: float | None) -> list[ScoredGroup]:
+    """:func:`relative_scores` applied to each group (one group = one request)."""
+    if floor is None:
+        return groups
+    return [ScoredGroup(relative_scores(g.scores, floor), g.labels, g.tokens, g.words) for g in groups]
+
+
 def calibrate_threshold(groups: list[ScoredGroup], target: float) -> float:
     """The highest threshold whose evidence preserved is ``>= target`` (so: most compression).
 
@@ -124,3 +152,20 @@ def best_compression_at(curve: list[dict], target: float) -> dict | None:
     """The point of a sweep with the highest compression whose evidence is ``>= target``."""
     ok = [pt for pt in curve if pt["evidence_preserved"] >= target - 1e-12]
     return max(ok, key=lambda pt: pt["compression"]) if ok else None
+
+
+def calibrate_operating_point(
+    groups: list[ScoredGroup], target: float, floors: list[float | None]
+) -> tuple[float | None, float, dict]:
+    """The ``(relative_floor, threshold)`` pair, among ``floors`` (None = absolute scores), with the
+    highest compression at evidence preserved ``>= target`` on ``groups``; also its metrics."""
+    best = None
+    for floor in floors:
+        rel = relative_groups(groups, floor)
+        t = calibrate_threshold(rel, target)
+        m = metrics_at(rel, t)
+        if best is None or m["compression"] > best[2]["compression"] + 1e-12:
+            best = (floor, t, m)
+    if best is None:
+        raise ValueError("floors must name at least one candidate (None = absolute scores)")
+    return best

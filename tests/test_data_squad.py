@@ -27,7 +27,11 @@ def squad_file(tmp_path):
         {
             "id": "q2",
             "question": "When did it close?",
-            "answers": [{"text": "1950", "answer_start": ctx_a0.index("1950")}],
+            "answers": [  # a second annotator marked a span in another sentence, a third the same
+                {"text": "1950", "answer_start": ctx_a0.index("1950")},
+                {"text": "ten years", "answer_start": ctx_a0.index("ten years")},
+                {"text": "in 1950", "answer_start": ctx_a0.index("in 1950")},
+            ],
         },
     ]
     data = {
@@ -92,6 +96,18 @@ def test_groups_have_gold_hard_and_easy_distractors(squad_file):
     assert len({r["id"] for r in records}) == len(records)
     g1 = next(g for g in groups if g["id"] == "q1")
     assert len(g1["passages"]) == 4 and all(set(p) == {"id", "title", "text"} for p in g1["passages"])
+
+
+def test_first_or_all_answers(squad_file):
+    paragraphs, questions = load_squad(squad_file, "tiny")
+
+    def q2_spans(all_answers):
+        records, _ = build_groups(paragraphs, questions, 3, no_gold_share=0.0, all_answers=all_answers)
+        (gold,) = [r for r in records if r["id"].startswith("q2/") and r["meta"]["gold"]]
+        return [gold["context"][s:e] for s, e in gold["relevant_spans"]]
+
+    assert q2_spans(False) == ["It closed in 1950."]
+    assert q2_spans(True) == ["Dr. Smith led it for ten years.", "It closed in 1950."]
 
 
 def test_some_groups_have_no_gold(squad_file):

@@ -35,6 +35,8 @@ def test_export_writes_folder_and_validates(exported):
         assert (out / name).is_file(), name
     assert not (out / "model.safetensors").exists()
     assert report["fp32_ok"] and report["fp32_max_abs_diff"] <= 1e-4
+    # the BERT graph gets onnxruntime's transformer fusions before int8 quantization
+    assert report["fused"] and report["fused_operators"]["Attention"] == 2
     assert report["int8_ok"] and report["int8_agreement"] >= 0.98
     saved = json.loads((out / "export_report.json").read_text())
     assert saved["inputs"] == ["input_ids", "token_type_ids", "attention_mask"]

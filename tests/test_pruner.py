@@ -50,6 +50,21 @@ def test_threshold_one_keeps_nothing_and_budget_holds(pruner):
     assert 0 < r2.stats.tokens_out <= 12
 
 
+def test_checkpoint_relative_floor_is_applied(pruner):
+    scores = [s.score for p in pruner.prune("q?", PASSAGES[:1], threshold=0.0).passages for s in p.sentences]
+    best = max(scores)
+    # a floor under the best score: threshold 1 keeps exactly the request's best sentence(s)
+    pruner.config.relative_floor = best / 2
+    r = pruner.prune("q?", PASSAGES[:1], threshold=1.0)
+    kept = [s.score for p in r.passages for s in p.sentences if s.kept]
+    assert kept and all(k == best for k in kept)
+    # relative scores are what the threshold sees: 0.5 keeps those with score >= best / 2
+    r = pruner.prune("q?", PASSAGES[:1], threshold=0.5)
+    assert [s.kept for p in r.passages for s in p.sentences] == [x >= best / 2 for x in scores]
+    pruner.config.relative_floor = None
+    assert pruner.prune("q?", PASSAGES[:1], threshold=1.0).stats.sentences_out == 0
+
+
 def test_scores_do_not_depend_on_batching(pruner):
     items = [(f"question {i}?", PASSAGES[:2]) for i in range(5)]
     batch = pruner.prune_batch(items, threshold=0.5)

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from inference.selection import (
     SelectionParams,
@@ -31,6 +32,19 @@ def test_threshold():
     u = make_units([0.1, 0.6, 0.5, 0.49])
     keep, _ = select(u, SelectionParams(threshold=0.5))
     assert keep.tolist() == [False, True, True, False]
+
+
+def test_relative_threshold():
+    # scores over max(floor, best): best 0.8 -> [1, 0.75, 0.5, 0.125]
+    u = make_units([0.8, 0.6, 0.4, 0.1])
+    keep, _ = select(u, SelectionParams(threshold=0.5, relative_floor=0.2))
+    assert keep.tolist() == [True, True, True, False]
+    # a request whose best is under the floor is scaled by 1/floor: [0.5, 0.25]
+    u = make_units([0.1, 0.05])
+    keep, _ = select(u, SelectionParams(threshold=0.5, relative_floor=0.2))
+    assert keep.tolist() == [True, False]
+    with pytest.raises(ValueError, match="relative_floor"):
+        SelectionParams(threshold=0.5, relative_floor=0.0)
 
 
 def test_keep_top_survives_threshold():

@@ -10,7 +10,14 @@ from pruner_model import IGNORE_INDEX, PrunerModel
 from pruner_model.cli import main
 from training.config import ConfigError, load_config
 from training.data import LengthGroupedBatches, read_records, tokenize_records
-from training.metrics import ScoredGroup, calibrate_threshold, metrics_at, roc_auc
+from training.metrics import (
+    ScoredGroup,
+    calibrate_operating_point,
+    calibrate_threshold,
+    metrics_at,
+    relative_groups,
+    roc_auc,
+)
 from training.trainer import train
 
 SENTS = [
@@ -80,6 +87,7 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert "evidence_preserved" in metrics["dev"] and 0 <= metrics["dev"]["compression"] <= 1
     loaded = PrunerModel.from_pretrained(str(out))
     assert loaded.config.threshold == pytest.approx(saved["calibration"]["threshold"])
+    assert loaded.config.relative_floor == saved["calibration"]["relative_floor"]
     from inference import ContextPruner
 
     r = ContextPruner.from_pretrained(out).prune("question 1?", [SENTS[0] + " " + SENTS[1]])
@@ -130,6 +138,8 @@ def test_unknown_config_key_fails_clearly(tmp_path, capsys):
         load_config(None, ["nope.x=1"])
     with pytest.raises(ConfigError, match="train.lr"):
         load_config(None, ["train.lr=fast"])
+    with pytest.raises(ConfigError, match="calibration.relative_floors"):
+        load_config(None, ["calibration.relative_floors=[0.1,0]"])
 
 
 def test_overrides_parse_types():
@@ -190,3 +200,21 @@ def test_metrics_and_calibration():
     assert m["compression"] == pytest.approx(1 - 20 / 50)
     assert m["negative_tokens_kept"] == 0.0
     assert metrics_at(groups, calibrate_threshold(groups, 0.5))["evidence_preserved"] >= 0.5
+
+
+def test_relative_floor_calibration_beats_absolute_when_confidence_varies():
+    # group A: the model is unsure everywhere (gold 0.02); group B: sure of the gold (0.9) with
+    # middling distractors (0.3). One absolute threshold must go down to 0.02 and keeps B's
+    # distractors; relative to each group's best (floor 0.05), 0.4 keeps exactly the gold units.
+    tok = np.array([10, 10, 10])
+    a = ScoredGroup(np.array([0.02, 0.01, 0.01]), np.array([True, False, False]), tok)
+    b = ScoredGroup(np.array([0.9, 0.3, 0.3]), np.array([True, False, False]), tok)
+    groups = [a, b]
+    absolute = metrics_at(groups, calibrate_threshold(groups, 1.0))
+    assert absolute["evidence_preserved"] == 1.0 and absolute["compression"] == pytest.approx(2 / 6)
+    floor, t, m = calibrate_operating_point(groups, 1.0, [None, 0.05, 0.5])
+    assert floor == 0.05 and t == pytest.approx(0.4)
+    assert m["evidence_preserved"] == 1.0 and m["compression"] == pytest.approx(4 / 6)
+    assert metrics_at(relative_groups(groups, floor), t)["compression"] == pytest.approx(4 / 6)
+    # absolute scores win when they are enough: None is picked first on ties
+    assert calibrate_operating_point([b], 1.0, [None, 0.05])[0] is None

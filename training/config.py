@@ -63,6 +63,16 @@ class TrainSection:
 class CalibrationSection:
     target_evidence: float = 0.97  # evidence preserved to keep when picking the threshold
     enabled: bool = True
+    # relative floors tried beside absolute scores (see PrunerConfig.relative_floor); the pair
+    # (floor, threshold) with the most compression at the target wins. [] = absolute scores only
+    relative_floors: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.target_evidence <= 1.0:
+            raise ConfigError(f"calibration.target_evidence must be in (0, 1], got {self.target_evidence}")
+        for f in self.relative_floors:
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+                raise ConfigError(f"calibration.relative_floors: each must be in (0, 1], got {f!r}")
 
 
 @dataclass

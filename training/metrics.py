@@ -4,8 +4,11 @@
 from pruner_model.metrics import (  # noqa: F401
     ScoredGroup,
     best_compression_at,
+    calibrate_operating_point,
     calibrate_threshold,
     metrics_at,
+    relative_groups,
+    relative_scores,
     roc_auc,
     sweep,
 )

@@ -35,7 +35,14 @@ from .data import (
     read_records,
     tokenize_records,
 )
-from .metrics import ScoredGroup, calibrate_threshold, metrics_at, roc_auc
+from .metrics import (
+    ScoredGroup,
+    calibrate_operating_point,
+    calibrate_threshold,
+    metrics_at,
+    relative_groups,
+    roc_auc,
+)
 
 STATE_FILE = "trainer_state.json"
 
@@ -106,8 +113,18 @@ def score_dev(
     return out, auc
 
 
-def dev_metrics(groups: list[ScoredGroup], auc: float, threshold: float, target: float) -> dict:
+def dev_metrics(
+    groups: list[ScoredGroup],
+    auc: float,
+    threshold: float,
+    target: float,
+    relative_floor: float | None = None,
+) -> dict:
+    """Metrics at ``threshold`` (on relative scores when ``relative_floor`` is set), plus the best
+    compression reachable at the evidence ``target`` on these groups (an in-sample figure)."""
+    groups = relative_groups(groups, relative_floor)
     m = metrics_at(groups, threshold)
+    m["relative_floor"] = relative_floor
     t = calibrate_threshold(groups, target)
     at_target = metrics_at(groups, t)
     m.update(
@@ -382,12 +399,19 @@ def finalize(
     if cal_records and cfg.calibration.enabled:
         dev = build_dev_set(cal_records, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
         groups, auc = score_dev(model, dev, pad_id=pad)
-        mc.threshold = calibrate_threshold(groups, target)
-        metrics["calibration"] = dev_metrics(groups, auc, mc.threshold, target)
+        absolute_threshold = calibrate_threshold(groups, target)
+        floors = [None, *cfg.calibration.relative_floors]
+        mc.relative_floor, mc.threshold, _ = calibrate_operating_point(groups, target, floors)
+        metrics["calibration"] = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
+        metrics["calibration"]["absolute_threshold"] = absolute_threshold
         if not quiet:
+            mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
             log(
-                f"calibrated threshold {mc.threshold:.4f} on {len(groups)} dev groups (target evidence {target})"
+                f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
+                f"(target evidence {target})"
             )
+    else:
+        absolute_threshold = mc.threshold
     report_records = (
         _dev_slice(dev_records, cfg.data.seed, n_cal, n_cal + cfg.data.report_dev_groups)
         if n_cal is not None and cfg.data.report_dev_groups
@@ -396,9 +420,11 @@ def finalize(
     if report_records:
         dev = build_dev_set(report_records, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
         groups, auc = score_dev(model, dev, pad_id=pad)
-        final = dev_metrics(groups, auc, mc.threshold, target)
+        final = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
         final["passages_per_group"] = float(np.mean([len(v) for v in dev.groups.values()]))
         metrics["dev"] = final
+        if mc.relative_floor is not None:  # the same slice with absolute scores, for comparison
+            metrics["dev_absolute"] = dev_metrics(groups, auc, absolute_threshold, target)
         if not quiet:
             log(
                 f"dev ({len(groups)} groups not used for calibration) at threshold {mc.threshold:.4f}: "
