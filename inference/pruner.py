@@ -185,14 +185,23 @@ class ContextPruner:
         t0 = time.perf_counter()
         prepared = [(self._check_query(r.query), self._prepare_passages(r.passages)) for r in requests]
         pairs = [(qi, pi) for qi, (_, ps) in enumerate(prepared) for pi, p in enumerate(ps) if p.units]
+        # identical (query, passage) pairs (one query pruned under several settings, a passage
+        # repeated by the retriever) go through the encoder once
+        unique: dict[tuple[str, str], int] = {}
+        slot = [
+            unique.setdefault((prepared[qi][0], prepared[qi][1][pi].text), len(unique)) for qi, pi in pairs
+        ]
+        first = {}
+        for k, u in enumerate(slot):
+            first.setdefault(u, pairs[k])
         scored, encoder_seconds, pair_tokens = self._score(
-            [prepared[qi][0] for qi, _ in pairs],
-            [prepared[qi][1][pi] for qi, pi in pairs],
+            [prepared[qi][0] for qi, _ in first.values()],
+            [prepared[qi][1][pi] for qi, pi in first.values()],
         )
-        by_pair = dict(zip(pairs, scored))
+        by_pair = {pair: scored[u] for pair, u in zip(pairs, slot)}
         tokens_per_query = np.zeros(len(requests))
-        for (qi, _), n in zip(pairs, pair_tokens):
-            tokens_per_query[qi] += n
+        for (qi, _), u in zip(pairs, slot):
+            tokens_per_query[qi] += pair_tokens[u]
         results = [
             self._select(query, passages, qi, by_pair, requests[qi].params)
             for qi, (query, passages) in enumerate(prepared)

@@ -65,6 +65,30 @@ def test_checkpoint_relative_floor_is_applied(pruner):
     assert pruner.prune("q?", PASSAGES[:1], threshold=1.0).stats.sentences_out == 0
 
 
+def test_identical_pairs_are_encoded_once(pruner):
+    from inference.pruner import PruneRequest
+
+    seen = []
+    backend = pruner.backend
+
+    def counting(batch):
+        seen.append(batch["input_ids"].shape[0])
+        return backend(batch)
+
+    counting.input_names = backend.input_names
+    pruner.backend = counting
+    try:
+        loose = pruner.selection_params(threshold=0.0)
+        strict = pruner.selection_params(threshold=1.0)
+        res = pruner.run([PruneRequest("q?", PASSAGES[:2], loose), PruneRequest("q?", PASSAGES[:2], strict)])
+    finally:
+        pruner.backend = backend
+    assert sum(seen) == 2  # two passages, one window each, not four
+    assert res[0].stats.sentences_out > 0 and res[1].stats.sentences_out == 0
+    a = [s.score for p in res[0].passages for s in p.sentences]
+    assert a == [s.score for p in res[1].passages for s in p.sentences]
+
+
 def test_scores_do_not_depend_on_batching(pruner):
     items = [(f"question {i}?", PASSAGES[:2]) for i in range(5)]
     batch = pruner.prune_batch(items, threshold=0.5)
