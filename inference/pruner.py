@@ -187,16 +187,18 @@ class ContextPruner:
         pairs = [(qi, pi) for qi, (_, ps) in enumerate(prepared) for pi, p in enumerate(ps) if p.units]
         # identical (query, passage) pairs (one query pruned under several settings, a passage
         # repeated by the retriever) go through the encoder once
-        unique: dict[tuple[str, str], int] = {}
-        slot = [
-            unique.setdefault((prepared[qi][0], prepared[qi][1][pi].text), len(unique)) for qi, pi in pairs
-        ]
-        first = {}
-        for k, u in enumerate(slot):
-            first.setdefault(u, pairs[k])
+        unique: dict[tuple[str, str], int] = {}  # (query, text) -> index into distinct
+        distinct: list[tuple[int, int]] = []  # the first pair of each (query, text)
+        slot = []  # pair -> index into distinct
+        for qi, pi in pairs:
+            key = (prepared[qi][0], prepared[qi][1][pi].text)
+            if key not in unique:
+                unique[key] = len(distinct)
+                distinct.append((qi, pi))
+            slot.append(unique[key])
         scored, encoder_seconds, pair_tokens = self._score(
-            [prepared[qi][0] for qi, _ in first.values()],
-            [prepared[qi][1][pi] for qi, pi in first.values()],
+            [prepared[qi][0] for qi, _ in distinct],
+            [prepared[qi][1][pi] for qi, pi in distinct],
         )
         by_pair = {pair: scored[u] for pair, u in zip(pairs, slot)}
         tokens_per_query = np.zeros(len(requests))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pruner_model.metrics import relative_scores
+from pruner_model.metrics import check_relative_floor, relative_scores
 
 _WS = re.compile(r"\s+")
 
@@ -139,8 +139,7 @@ class SelectionParams:
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
-        if self.relative_floor is not None and not 0.0 < self.relative_floor <= 1.0:
-            raise ValueError(f"relative_floor must be None or in (0, 1], got {self.relative_floor}")
+        check_relative_floor(self.relative_floor)
         for name in ("token_budget", "per_passage_budget"):
             v = getattr(self, name)
             if v is not None and v < 0:

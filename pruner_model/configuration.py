@@ -5,6 +5,8 @@ from __future__ import annotations
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .metrics import check_relative_floor
+
 
 class PrunerConfig(PreTrainedConfig):
     """Configuration of a :class:`~pruner_model.PrunerModel`.
@@ -44,8 +46,7 @@ class PrunerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
-        if self.relative_floor is not None and not 0.0 < self.relative_floor <= 1.0:
-            raise ValueError(f"relative_floor must be None or in (0, 1], got {self.relative_floor}")
+        check_relative_floor(self.relative_floor)
         if self.max_length < 16:
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if not 0 <= self.stride < self.max_length // 2:

@@ -97,6 +97,12 @@ def metrics_at(
     }
 
 
+def check_relative_floor(floor: float | None) -> None:
+    """A relative floor is None (absolute scores) or in (0, 1]; anything else is a ValueError."""
+    if floor is not None and not 0.0 < floor <= 1.0:
+        raise ValueError(f"relative_floor must be None or in (0, 1], got {floor}")
+
+
 def relative_scores(scores: np.ndarray, floor: float | None) -> np.ndarray:
     """The scores a threshold is compared with: ``scores / max(floor, best score)`` over the units
     of one request (one query's passages), or the scores unchanged when ``floor`` is None.
@@ -110,11 +116,10 @@ def relative_scores(scores: np.ndarray, floor: float | None) -> np.ndarray:
     >>> relative_scores(np.array([0.05, 0.01]), 0.1).round(3).tolist()
     [0.5, 0.1]
     """
+    check_relative_floor(floor)
     scores = np.asarray(scores, dtype=np.float64)
     if floor is None or not len(scores):
         return scores
-    if not 0.0 < floor <= 1.0:
-        raise ValueError(f"relative_floor must be in (0, 1], got {floor}")
     return scores / max(floor, float(scores.max()))
 
 

@@ -410,8 +410,8 @@ def finalize(
                 f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
                 f"(target evidence {target})"
             )
-    else:
-        absolute_threshold = mc.threshold
+    else:  # the checkpoint's threshold stands; it is relative when the checkpoint has a floor
+        absolute_threshold = None
     report_records = (
         _dev_slice(dev_records, cfg.data.seed, n_cal, n_cal + cfg.data.report_dev_groups)
         if n_cal is not None and cfg.data.report_dev_groups
@@ -423,7 +423,8 @@ def finalize(
         final = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
         final["passages_per_group"] = float(np.mean([len(v) for v in dev.groups.values()]))
         metrics["dev"] = final
-        if mc.relative_floor is not None:  # the same slice with absolute scores, for comparison
+        if mc.relative_floor is not None and absolute_threshold is not None:
+            # the same slice with absolute scores, for comparison
             metrics["dev_absolute"] = dev_metrics(groups, auc, absolute_threshold, target)
         if not quiet:
             log(
