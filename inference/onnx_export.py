@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pruner_model.records import atomic_path
+
 # encoder families whose attention/LayerNorm/GELU subgraphs onnxruntime's transformer optimizer
 # fuses (the "bert" fusions match BERT-like encoders exported with eager attention)
 FUSABLE_MODEL_TYPES = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "electra": "bert"}
@@ -100,9 +102,8 @@ def fuse_graph(path: Path, encoder_config) -> dict:
     stats = {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
     if not stats.get("Attention"):
         return {"fused": False, "fusion_skipped": "attention did not fuse", "fused_operators": stats}
-    tmp = path.with_name("." + path.name + ".fused.tmp")
-    opt.save_model_to_file(str(tmp))
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        opt.save_model_to_file(str(tmp))
     return {"fused": True, "fused_operators": stats}
 
 
@@ -147,10 +148,10 @@ def export_onnx(
     batch = sample_inputs(tokenizer, model.config)
     args = tuple(torch.from_numpy(batch[n]) for n in input_names)
     onnx_path = output_dir / "model.onnx"
-    tmp_path = output_dir / ".model.onnx.tmp"
     dyn = {n: {0: "batch", 1: "sequence"} for n in input_names}
     dyn.update(token_logits={0: "batch", 1: "sequence"}, relevance_logits={0: "batch"})
-    with torch.no_grad():
+    report: dict = {"opset": opset, "inputs": input_names, "files": ["model.onnx"]}
+    with atomic_path(onnx_path) as tmp_path, torch.no_grad():
         torch.onnx.export(
             _wrapper(model, input_names),
             args,
@@ -162,24 +163,21 @@ def export_onnx(
             dynamo=False,
             do_constant_folding=True,
         )
-    report: dict = {"opset": opset, "inputs": input_names, "files": ["model.onnx"]}
-    report.update(fuse_graph(tmp_path, model.config.encoder_config) if fuse else {"fused": False})
-    tmp_path.replace(onnx_path)
+        report.update(fuse_graph(tmp_path, model.config.encoder_config) if fuse else {"fused": False})
     model.config.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     if quantize == "int8":
         from onnx import TensorProto
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        int8_tmp = output_dir / ".model.int8.onnx.tmp"
-        quantize_dynamic(
-            str(onnx_path),
-            str(int8_tmp),
-            weight_type=QuantType.QInt8,
-            # fused contrib ops (com.microsoft) defeat shape inference: their outputs are float
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-        )
-        int8_tmp.replace(output_dir / "model.int8.onnx")
+        with atomic_path(output_dir / "model.int8.onnx") as int8_tmp:
+            quantize_dynamic(
+                str(onnx_path),
+                str(int8_tmp),
+                weight_type=QuantType.QInt8,
+                # fused contrib ops (com.microsoft) defeat shape inference: their outputs are float
+                extra_options={"DefaultTensorType": TensorProto.FLOAT},
+            )
         report["files"].append("model.int8.onnx")
     if validate:
         report.update(validate_export(model, tokenizer, output_dir, batch, quantize == "int8"))

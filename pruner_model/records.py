@@ -57,20 +57,35 @@ def read_jsonl(path: str | Path, skip_errors: bool = False) -> list[dict]:
     return list(iter_jsonl(path, skip_errors=skip_errors))
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
-def atomic_open(path: str | Path, mode: str = "w"):
-    """Write to a temporary file beside ``path`` and rename it into place only on success."""
+def atomic_path(path: str | Path):
+    """A temporary path beside ``path``, for writers that take a file name: renamed into place
+    only on success, removed on failure (nothing half-written is left behind)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the result gets a plain file's mode
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
-            yield fh
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w"):
+    """Write to a temporary file beside ``path`` and rename it into place only on success."""
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
+        yield fh
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:

@@ -1,11 +1,12 @@
 import json
+import os
 
 import pytest
 
 from annotation.llm import Annotator, AnnotatorSettings, compare_with_gold, repair_jsonl
 from annotation.prompt import SYSTEM, InvalidAnswer, build_messages, parse_answer, prepare_passages
 from pruner_model.cli import main
-from pruner_model.records import read_jsonl
+from pruner_model.records import atomic_path, read_jsonl
 from tests.fake_openai import FakeOpenAI
 
 INJECTION = (
@@ -232,3 +233,20 @@ def test_cli_annotate_and_bad_input(tmp_path, capsys, monkeypatch):
     bad.write_text('{"id": 1, "query": "q"}\n')
     assert main(["annotate", "--input", str(bad), "--output", str(tmp_path / "x.jsonl"), "--model", "m"]) == 2
     assert "expected {id, query, passages}" in capsys.readouterr().err
+
+
+def test_atomic_path_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "model.onnx"
+    with atomic_path(target) as tmp:
+        assert tmp.parent == tmp_path and tmp != target
+        tmp.write_bytes(b"graph")
+    assert target.read_bytes() == b"graph"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask  # a plain file's mode, not mkstemp's 0600
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("writer died")
+    assert target.read_bytes() == b"graph"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
