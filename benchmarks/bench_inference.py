@@ -184,6 +184,8 @@ def main() -> int:
     ap.add_argument("--no-server", action="store_true")
     ap.add_argument("--report", default="benchmarks/reports/inference.json")
     args = ap.parse_args()
+    if not (Path(args.model) / "config.json").is_file():
+        ap.error(f"no checkpoint at {args.model} (config.json missing)")
 
     import torch
 

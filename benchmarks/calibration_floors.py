@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def main() -> int:
@@ -25,6 +26,10 @@ def main() -> int:
     ap.add_argument("--floors", default="0.01,0.02,0.05,0.1,0.2")
     ap.add_argument("--seed", type=int, default=0, help="the training config's data.seed")
     args = ap.parse_args()
+    if not (Path(args.model) / "config.json").is_file():
+        ap.error(f"no checkpoint at {args.model} (config.json missing)")
+    if not Path(args.data).is_file():
+        ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
 
     from transformers import AutoTokenizer
 
