@@ -34,6 +34,8 @@ class PrunerConfig(PreTrainedConfig):
     # is clearly relevant drops its weak sentences harder; calibration picks f (or None) on dev data
     head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
+    sentence_loss_weight: float = 0.0  # weight of the sentence ranking loss (training only: each
+    # relevant sentence of a window against that window's other sentences, on mean token logits)
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
     # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
     relevance_prior: float = 0.2  # likewise for the relevance head

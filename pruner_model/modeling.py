@@ -76,6 +76,7 @@ class PrunerModel(PreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.Tensor | None = None,
         relevance_labels: torch.Tensor | None = None,
+        sentence_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> PrunerOutput:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -90,7 +91,7 @@ class PrunerModel(PreTrainedModel):
         relevance_logits = self.relevance_head(hidden[:, 0]).squeeze(-1)  # [batch]
         loss = None
         if labels is not None or relevance_labels is not None:
-            loss = self.compute_loss(token_logits, relevance_logits, labels, relevance_labels)
+            loss = self.compute_loss(token_logits, relevance_logits, labels, relevance_labels, sentence_ids)
         return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
 
     def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -107,15 +108,20 @@ class PrunerModel(PreTrainedModel):
         return q / q.norm(dim=-1, keepdim=True).clamp(min=1e-6)
 
     def compute_loss(
-        self, token_logits, relevance_logits, labels=None, relevance_labels=None, token_weight: float = 1.0
+        self, token_logits, relevance_logits, labels=None, relevance_labels=None, sentence_ids=None
     ):
-        """Token BCE over context tokens (labels != -100) + weighted relevance BCE."""
+        """Token BCE over context tokens (labels != -100) + weighted relevance BCE + weighted
+        sentence ranking loss (when ``sentence_ids`` are given, see :func:`sentence_ranking_loss`)."""
         loss = token_logits.new_zeros(())
         if labels is not None:
             mask = labels != IGNORE_INDEX
             if mask.any():
-                loss = loss + token_weight * nn.functional.binary_cross_entropy_with_logits(
+                loss = loss + nn.functional.binary_cross_entropy_with_logits(
                     token_logits[mask].float(), labels[mask].float()
+                )
+            if sentence_ids is not None and self.config.sentence_loss_weight > 0:
+                loss = loss + self.config.sentence_loss_weight * sentence_ranking_loss(
+                    token_logits, labels, sentence_ids
                 )
         if relevance_labels is not None and self.config.relevance_loss_weight > 0:
             loss = loss + self.config.relevance_loss_weight * nn.functional.binary_cross_entropy_with_logits(
@@ -145,6 +151,49 @@ class PrunerModel(PreTrainedModel):
             raise RuntimeError(f"backbone weights do not fit: missing={missing} unexpected={unexpected}")
         model.config.name_or_path = str(path)
         return model
+
+
+def sentence_ranking_loss(
+    token_logits: torch.Tensor, labels: torch.Tensor, sentence_ids: torch.Tensor
+) -> torch.Tensor:
+    """Each relevant sentence of a window against the window's irrelevant sentences.
+
+    A sentence's logit is the mean of its tokens' logits (``sentence_ids``: the sentence index of
+    each token, -1 off the context); a sentence is relevant when one of its tokens is labeled 1.
+    For a relevant sentence with logit ``z`` and the window's irrelevant sentences ``n_1..n_k`` the
+    loss is ``-log softmax(z, n_1..n_k)[0] = softplus(logsumexp(n) - z)``, averaged over the
+    relevant sentences of windows that have both kinds (0 when none has). Token BCE scores every
+    token alone; this term asks the relevant sentence to beat its own passage's neighbours, which
+    is the ranking that the keep threshold acts on.
+
+    >>> z = torch.tensor([[2.0, 2.0, 0.0, -1.0]])
+    >>> lab = torch.tensor([[1, 1, 0, 0]])
+    >>> sid = torch.tensor([[0, 0, 1, 1]])
+    >>> round(float(sentence_ranking_loss(z, lab, sid)), 4)  # softplus(-0.5 - 2)
+    0.0789
+    """
+    ids = sentence_ids.long()
+    n = int(ids.max().item()) + 1 if ids.numel() else 0
+    if n <= 0:
+        return token_logits.new_zeros(())
+    on = ids >= 0
+    slot = ids.clamp(min=0)
+    z = token_logits.float() * on
+    sums = torch.zeros(ids.shape[0], n, device=z.device).scatter_add(1, slot, z)
+    counts = torch.zeros_like(sums).scatter_add(1, slot, on.float())
+    pos_tok = ((labels == 1) & on).float()
+    pos = torch.zeros_like(sums).scatter_reduce(1, slot, pos_tok, reduce="amax") > 0
+    present = counts > 0
+    mean = sums / counts.clamp(min=1.0)
+    neg = present & ~pos
+    pos = present & pos
+    rows = pos.any(dim=1) & neg.any(dim=1)
+    if not rows.any():
+        return token_logits.new_zeros(())
+    neg_lse = torch.logsumexp(mean.masked_fill(~neg, float("-inf")), dim=1, keepdim=True)  # [B, 1]
+    per = nn.functional.softplus(neg_lse - mean)  # [B, n]
+    use = pos & rows.unsqueeze(1)
+    return per[use].mean()
 
 
 def _build_encoder(config: PrunerConfig):

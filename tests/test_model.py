@@ -1,3 +1,4 @@
+import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
@@ -65,3 +66,33 @@ def test_config_validates():
 
     with pytest.raises(ValueError):
         tiny_config(threshold=1.5)
+
+
+def test_sentence_ranking_loss_values_and_direction():
+    from pruner_model.modeling import sentence_ranking_loss
+
+    # one window: sentence 0 relevant (mean logit 2), sentences 1 and 2 not (0 and -1); -1 = off context
+    z = torch.tensor([[5.0, 2.0, 2.0, 0.0, -1.0, -1.0]], requires_grad=True)
+    lab = torch.tensor([[-100, 1, 1, 0, 0, 0]])
+    sid = torch.tensor([[-1, 0, 0, 1, 2, 2]])
+    loss = sentence_ranking_loss(z, lab, sid)
+    neg = torch.logsumexp(torch.tensor([0.0, -1.0]), 0)
+    assert loss.item() == pytest.approx(torch.nn.functional.softplus(neg - 2.0).item(), abs=1e-6)
+    loss.backward()
+    assert z.grad[0, 0] == 0  # off-context token untouched
+    assert (z.grad[0, 1:3] < 0).all() and (z.grad[0, 3:] > 0).all()  # relevant up, others down
+    # a window with no irrelevant sentence (or no relevant one) contributes nothing
+    assert sentence_ranking_loss(z, torch.tensor([[-100, 1, 1, 1, 1, 1]]), sid).item() == 0.0
+    assert sentence_ranking_loss(z, torch.tensor([[-100, 0, 0, 0, 0, 0]]), sid).item() == 0.0
+
+
+def test_sentence_loss_weight_adds_to_the_loss(tiny_model):
+    ids = torch.randint(1000, 2000, (2, 10))
+    labels = torch.full((2, 10), -100)
+    labels[:, 4:] = torch.tensor([1, 1, 0, 0, 0, 0])
+    sid = torch.full((2, 10), -1)
+    sid[:, 4:] = torch.tensor([0, 0, 1, 1, 2, 2])
+    base = tiny_model(input_ids=ids, labels=labels, sentence_ids=sid).loss  # weight 0 by default
+    assert torch.allclose(base, tiny_model(input_ids=ids, labels=labels).loss)
+    tiny_model.config.sentence_loss_weight = 1.0
+    assert tiny_model(input_ids=ids, labels=labels, sentence_ids=sid).loss > base

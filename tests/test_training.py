@@ -14,6 +14,7 @@ from training.metrics import (
     ScoredGroup,
     calibrate_operating_point,
     calibrate_threshold,
+    cross_validate,
     metrics_at,
     relative_groups,
     roc_auc,
@@ -81,7 +82,9 @@ def tiny_cfg(data_files, **over):
 
 def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_model, bert_tokenizer):
     out = tmp_path / "run"
-    metrics = train(tiny_cfg(data_files), out, model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    cfg = tiny_cfg(data_files, **{"model.sentence_loss_weight": 0.5})  # sentence ids reach the loss
+    tiny_model.config.sentence_loss_weight = 0.5
+    metrics = train(cfg, out, model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["best_step"] in (1, 2) and len(saved["history"]) == 2
     assert "evidence_preserved" in metrics["dev"] and 0 <= metrics["dev"]["compression"] <= 1
@@ -164,6 +167,10 @@ def test_windows_carry_labels_of_long_contexts(bert_tokenizer):
     ids = np.array(ds["input_ids"][-1])
     assert bert_tokenizer.decode(ids[last == 1]) == "the answer is 42."
     assert (np.array(ds["labels"][0]) != 1).all() and (np.array(ds["labels"][0]) == IGNORE_INDEX).any()
+    # sentence ids: the last sentence (index 60) is exactly the labeled tokens; -1 off the context
+    sid = np.array(ds["sentence_ids"][-1])
+    assert (sid[last == 1] == 60).all() and ((sid == 60) == (last == 1)).all()
+    assert ((sid == -1) == (last == IGNORE_INDEX)).all()
 
 
 def test_read_records_dedups_and_reports(tmp_path):
@@ -218,3 +225,32 @@ def test_relative_floor_calibration_beats_absolute_when_confidence_varies():
     assert metrics_at(relative_groups(groups, floor), t)["compression"] == pytest.approx(4 / 6)
     # absolute scores win when they are enough: None is picked first on ties
     assert calibrate_operating_point([b], 1.0, [None, 0.05])[0] is None
+
+
+def test_cross_validated_floor_choice_prefers_what_carries_over():
+    # Half the queries are sure of their gold (0.9, distractors 0.3), half unsure everywhere (gold
+    # 0.02, distractors 0.01-0.015). Relative to each query's best (floor 0.05), one threshold
+    # separates gold from distractors in both kinds, so it wins in-sample and held out.
+    rng = np.random.default_rng(0)
+    tok = np.array([10, 10, 10, 10])
+    groups = []
+    for i in range(40):
+        sure = i % 2 == 0
+        gold = 0.9 if sure else 0.02
+        other = rng.uniform(0.2, 0.35, 3) if sure else rng.uniform(0.01, 0.015, 3)
+        groups.append(ScoredGroup(np.r_[gold, other], np.array([True, False, False, False]), tok))
+    cv = cross_validate(groups, 1.0, 0.05, folds=4)
+    assert cv["evidence_preserved"] == 1.0 and cv["compression"] == pytest.approx(0.75)
+    assert cross_validate(groups, 1.0, None, folds=4)["compression"] < 0.5
+    floor, t, m = calibrate_operating_point(groups, 1.0, [None, 0.05], folds=4)
+    assert floor == 0.05 and m["evidence_preserved"] == 1.0
+    rows = {r["relative_floor"]: r for r in m["candidates"]}
+    assert rows[0.05]["cv_compression"] > rows[None]["cv_compression"]
+    with pytest.raises(ValueError, match="folds"):
+        cross_validate(groups[:3], 1.0, None, folds=5)
+
+
+def test_calibration_margin_is_validated():
+    with pytest.raises(ConfigError, match="margin"):
+        load_config(None, ["calibration.target_evidence=0.99", "calibration.margin=0.05"])
+    assert load_config(None, ["calibration.margin=0.01"]).calibration.margin == 0.01

@@ -23,6 +23,8 @@ class ModelSection:
     max_query_length: int = 64
     head_dropout: float = 0.1
     relevance_loss_weight: float = 0.5  # the relevance head also feeds the passage gate
+    sentence_loss_weight: float = 0.0  # sentence ranking loss: relevant sentences above their
+    # passage neighbours (the errors that cost most compression); 0 = token BCE only
 
 
 @dataclass
@@ -66,10 +68,21 @@ class CalibrationSection:
     # relative floors tried beside absolute scores (see PrunerConfig.relative_floor); the pair
     # (floor, threshold) with the most compression at the target wins. [] = absolute scores only
     relative_floors: list[float] = field(default_factory=list)
+    # with floors to choose from, the pair is chosen by its compression under k-fold
+    # cross-validation on the calibration groups (in-sample, every candidate meets the target
+    # exactly and the best fit to those very groups wins); < 2 = in-sample choice
+    folds: int = 5
+    # the threshold is calibrated for target_evidence + margin: a calibrated threshold lands on
+    # new queries around its target, half the time under it; a margin buys headroom for compression
+    margin: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.target_evidence <= 1.0:
             raise ConfigError(f"calibration.target_evidence must be in (0, 1], got {self.target_evidence}")
+        if not 0.0 <= self.margin < 1.0 or self.target_evidence + self.margin > 1.0:
+            raise ConfigError(
+                f"calibration.margin must be >= 0 with target_evidence + margin <= 1, got {self.margin}"
+            )
         for f in self.relative_floors:
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
                 raise ConfigError(f"calibration.relative_floors: each must be in (0, 1], got {f!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pruner_model import IGNORE_INDEX, Windows, encode_pairs, segment, span_labels
-from pruner_model.alignment import unit_labels
+from pruner_model.alignment import token_to_sentence, unit_labels
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
 
 
@@ -100,7 +100,9 @@ def tokenize_records(
     report: DataReport | None = None,
     batch_size: int = 256,
 ):
-    """A ``datasets.Dataset`` of windows: model inputs, ``labels``, ``relevance``, ``record``."""
+    """A ``datasets.Dataset`` of windows: model inputs, ``labels``, ``relevance``, ``record`` and
+    ``sentence_ids`` (the sentence each token falls in, -1 off the context: the units inference
+    scores, for the sentence ranking loss)."""
     from datasets import Dataset
 
     ds = Dataset.from_list([{**r, "record": i} for i, r in enumerate(records)])
@@ -112,6 +114,13 @@ def tokenize_records(
         out["labels"] = [lab.tolist() for lab in labels]
         out["relevance"] = [float((lab == 1).any()) for lab in labels]
         out["record"] = [batch["record"][p] for p in w.pair_index]
+        bounds = []
+        for context in batch["context"]:
+            units = segment(context)
+            bounds.append((np.array([u.start for u in units]), np.array([u.end for u in units])))
+        out["sentence_ids"] = [
+            token_to_sentence(off[:, 0], *bounds[p]).tolist() for off, p in zip(w.offsets, w.pair_index)
+        ]
         return out
 
     ds = ds.map(
@@ -178,10 +187,10 @@ class Collator:
 
         width = max(len(r["input_ids"]) for r in rows)
         out = {}
-        for name in [*self.input_names, "labels"]:
+        for name in [*self.input_names, "labels", "sentence_ids"]:
             if name not in rows[0]:
                 continue
-            fill = self.pad if name == "input_ids" else IGNORE_INDEX if name == "labels" else 0
+            fill = {"input_ids": self.pad, "labels": IGNORE_INDEX, "sentence_ids": -1}.get(name, 0)
             arr = np.full((len(rows), width), fill, dtype=np.int64)
             for i, r in enumerate(rows):
                 arr[i, : len(r[name])] = r[name]

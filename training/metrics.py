@@ -6,6 +6,7 @@ from pruner_model.metrics import (  # noqa: F401
     best_compression_at,
     calibrate_operating_point,
     calibrate_threshold,
+    cross_validate,
     metrics_at,
     relative_groups,
     relative_scores,

@@ -154,6 +154,16 @@ def _param_groups(model: PrunerModel, cfg: TrainConfig):
     ]
 
 
+_MODEL_FIELDS = (
+    "max_length",
+    "stride",
+    "max_query_length",
+    "head_dropout",
+    "relevance_loss_weight",
+    "sentence_loss_weight",
+)
+
+
 def _build_model(cfg: TrainConfig):
     from transformers import AutoTokenizer
 
@@ -163,17 +173,13 @@ def _build_model(cfg: TrainConfig):
     if m.init_from:
         model = PrunerModel.from_pretrained(m.init_from)
         tok = AutoTokenizer.from_pretrained(m.init_from)
-        for k in ("max_length", "stride", "max_query_length", "head_dropout", "relevance_loss_weight"):
+        for k in _MODEL_FIELDS:
             setattr(model.config, k, getattr(m, k))
     else:
         path = m.backbone or str(default_backbone_path())
         model = PrunerModel.from_backbone(
             path,
-            max_length=m.max_length,
-            stride=m.stride,
-            max_query_length=m.max_query_length,
-            head_dropout=m.head_dropout,
-            relevance_loss_weight=m.relevance_loss_weight,
+            **{k: getattr(m, k) for k in _MODEL_FIELDS},
         )
         tok = AutoTokenizer.from_pretrained(path)
     if not getattr(tok, "is_fast", False):
@@ -399,16 +405,35 @@ def finalize(
     if cal_records and cfg.calibration.enabled:
         dev = build_dev_set(cal_records, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
         groups, auc = score_dev(model, dev, pad_id=pad)
-        absolute_threshold = calibrate_threshold(groups, target)
+        aim = min(1.0, target + cfg.calibration.margin)  # what the threshold is calibrated for
+        absolute_threshold = calibrate_threshold(groups, aim)
         floors = [None, *cfg.calibration.relative_floors]
-        mc.relative_floor, mc.threshold, _ = calibrate_operating_point(groups, target, floors)
+        mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
+            groups, aim, floors, cfg.calibration.folds
+        )
         metrics["calibration"] = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
-        metrics["calibration"]["absolute_threshold"] = absolute_threshold
+        metrics["calibration"].update(
+            absolute_threshold=absolute_threshold, calibrated_for=aim, candidates=chosen["candidates"]
+        )
         if not quiet:
+            if len(floors) > 1:
+                for row in chosen["candidates"]:
+                    cv = (
+                        f", {cfg.calibration.folds}-fold held-out evidence {row['cv_evidence_preserved']:.3f} "
+                        f"/ compression {row['cv_compression']:.3f}"
+                        if "cv_compression" in row
+                        else ""
+                    )
+                    log(
+                        f"  floor {row['relative_floor']}: threshold {row['threshold']:.4f}, "
+                        f"in-sample compression {row['compression']:.3f}{cv}"
+                    )
             mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
             log(
                 f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
-                f"(target evidence {target})"
+                f"(evidence target {target}"
+                + (f" + margin {cfg.calibration.margin}" if aim != target else "")
+                + ")"
             )
     else:  # the checkpoint's threshold stands; it is relative when the checkpoint has a floor
         absolute_threshold = None
