@@ -181,13 +181,20 @@ def export_onnx(
         report["files"].append("model.int8.onnx")
     if validate:
         report.update(validate_export(model, tokenizer, output_dir, batch, quantize == "int8"))
+    int8_failed = validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]
+    if int8_failed:  # an int8 file that failed its check is not left where a server would load it
+        (output_dir / "model.int8.onnx").unlink(missing_ok=True)
+        report["files"].remove("model.int8.onnx")
     write_json(output_dir / "export_report.json", report)
     if validate and not report["fp32_ok"]:
         raise ExportError(
             f"ONNX fp32 differs from torch by {report['fp32_max_abs_diff']:.2e} > {FP32_TOLERANCE}"
         )
-    if validate and quantize == "int8" and not report["int8_ok"]:
-        raise ExportError(f"int8 keep/drop agreement {report['int8_agreement']:.3f} < {INT8_MIN_AGREEMENT}")
+    if int8_failed:
+        raise ExportError(
+            f"int8 keep/drop agreement {report['int8_agreement']:.3f} < {INT8_MIN_AGREEMENT}: int8 file "
+            f"not kept; the fp32 export in {output_dir} is valid (serve it without --quantized)"
+        )
     return report
 
 

@@ -42,6 +42,21 @@ def test_export_writes_folder_and_validates(exported):
     assert saved["inputs"] == ["input_ids", "token_type_ids", "attention_mask"]
 
 
+def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, monkeypatch):
+    import inference.onnx_export as ox
+
+    ckpt, _, _ = exported
+    monkeypatch.setattr(ox, "INT8_MIN_AGREEMENT", 1.01)  # no int8 model can pass
+    out = tmp_path / "export"
+    with pytest.raises(ox.ExportError, match="int8 file not kept"):
+        export_onnx(ckpt, out, quantize="int8")
+    assert (out / "model.onnx").is_file() and not (out / "model.int8.onnx").exists()
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["files"] == ["model.onnx"] and report["fp32_ok"] and not report["int8_ok"]
+    assert not list(out.glob("*.tmp"))
+    assert ContextPruner.from_pretrained(out).backend.name == "onnx"
+
+
 def test_onnx_backend_matches_torch(exported):
     ckpt, out, _ = exported
     torch_p = ContextPruner.from_pretrained(ckpt)
