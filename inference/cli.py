@@ -215,6 +215,7 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
+    p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
     p.add_argument(
         "--write-threshold", action="store_true", help="store the recommended threshold in the model"
     )
@@ -241,7 +242,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     from .evaluate import evaluate, plot_curves, write_markdown
     from .pruner import ContextPruner
 
-    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend)
+    kwargs = {"quantized": True} if args.quantized else {}
+    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, **kwargs)
     report = evaluate(
         pruner,
         records,

@@ -92,6 +92,11 @@ class ContextPruner:
         if backend == "torch":
             if not (path / "model.safetensors").is_file():
                 raise FileNotFoundError(f"no model.safetensors in {path}")
+            if backend_kwargs.get("quantized"):
+                raise ValueError(
+                    f"{path} is a torch checkpoint; int8 needs an ONNX export "
+                    f"(pruner export --model {path} --output DIR --quantize int8)"
+                )
             impl: Backend = TorchBackend.from_pretrained(path, device=device, **backend_kwargs)
         elif backend == "onnx":
             from .onnx_backend import OnnxBackend

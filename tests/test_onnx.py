@@ -83,6 +83,22 @@ def test_int8_backend_loads_and_runs(exported):
     assert p.prune("q?", PASSAGES).stats.sentences_in == 6
 
 
+def test_cli_evaluate_quantized(exported, tmp_path, capsys):
+    from tests.test_evaluate import records
+
+    ckpt, out, _ = exported
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    args = ["evaluate", "--data", str(data), "--baselines", "none", "--quantized"]
+    assert main([*args, "--model", str(out), "--output", str(tmp_path / "r")]) == 0
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["groups"] == 3
+    # a torch checkpoint has no int8 model: one line that says what to run
+    assert main([*args, "--model", str(ckpt), "--output", str(tmp_path / "r2")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "--quantize int8" in err[-1]
+    assert not (tmp_path / "r2").exists()
+
+
 def test_export_without_token_type_ids(tmp_path, no_tti_tokenizer):
     from pruner_model import PrunerModel
     from tests.conftest import tiny_config
