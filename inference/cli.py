@@ -181,8 +181,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     from .pruner import ContextPruner
     from .server import ServerLimits, create_app
 
-    kwargs = {"quantized": True} if args.quantized else {}
-    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, device=args.device, **kwargs)
+    pruner = ContextPruner.from_pretrained(
+        model_dir, backend=args.backend, device=args.device, quantized=args.quantized
+    )
     limits = ServerLimits(
         max_body_bytes=args.max_body_bytes,
         max_passages=args.max_passages,
@@ -242,8 +243,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     from .evaluate import evaluate, plot_curves, write_markdown
     from .pruner import ContextPruner
 
-    kwargs = {"quantized": True} if args.quantized else {}
-    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, **kwargs)
+    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, quantized=args.quantized)
     report = evaluate(
         pruner,
         records,

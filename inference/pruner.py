@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from pruner_model import PrunerConfig, encode_pairs, segment, sentence_scores
+from pruner_model.alignment import unit_bounds
 from pruner_model.segmentation import Sentence as Unit
 
 from .backends import Backend, TorchBackend
@@ -92,7 +93,7 @@ class ContextPruner:
         if backend == "torch":
             if not (path / "model.safetensors").is_file():
                 raise FileNotFoundError(f"no model.safetensors in {path}")
-            if backend_kwargs.get("quantized"):
+            if backend_kwargs.pop("quantized", False):
                 raise ValueError(
                     f"{path} is a torch checkpoint; int8 needs an ONNX export "
                     f"(pruner export --model {path} --output DIR --quantize int8)"
@@ -284,8 +285,7 @@ class ContextPruner:
         scored, pair_tokens = [], []
         for i, p in enumerate(passages):
             ws = windows.windows_of(i)
-            starts = np.array([u.start for u in p.units])
-            ends = np.array([u.end for u in p.units])
+            starts, ends = unit_bounds(p.units)
             s, n = sentence_scores([probs[w] for w in ws], [windows.offsets[w] for w in ws], starts, ends)
             scored.append(_Scored(s, n, float(rel[ws].max()) if len(ws) else 0.0))
             pair_tokens.append(int(windows.lengths[ws].sum()))

@@ -142,10 +142,16 @@ def sentence_scores(
     return scores, n_tokens
 
 
-def unit_labels(units, spans) -> np.ndarray:
-    """For each unit (anything with ``start``/``end``), does it overlap one of the char ``spans``."""
+def unit_bounds(units) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` char offsets of units (anything with ``start``/``end``), as int64 arrays."""
     starts = np.array([u.start for u in units], dtype=np.int64)
     ends = np.array([u.end for u in units], dtype=np.int64)
+    return starts, ends
+
+
+def unit_labels(units, spans) -> np.ndarray:
+    """For each unit (anything with ``start``/``end``), does it overlap one of the char ``spans``."""
+    starts, ends = unit_bounds(units)
     labels = np.zeros(len(units), dtype=bool)
     for s, e in spans:
         labels |= (starts < e) & (ends > s)

@@ -190,8 +190,8 @@ def calibrate_operating_point(
     """The ``(relative_floor, threshold)`` pair, among ``floors`` (None = absolute scores), with the
     highest compression at evidence preserved ``>= target``; also its metrics on ``groups``.
 
-    With ``folds >= 2`` (more than one candidate, at least ``folds`` groups) the floor is the one with the highest
-    cross-validated compression (:func:`cross_validate`), not the highest in-sample one; the
+    With ``folds >= 2`` (more than one candidate, at least ``folds`` groups) the floor is the one
+    with the highest cross-validated compression (:func:`cross_validate`), not the highest in-sample one; the
     threshold is then calibrated on all ``groups``. The metrics carry every candidate's numbers
     under ``"candidates"``. Ties go to the earlier candidate.
     """
@@ -205,7 +205,7 @@ def calibrate_operating_point(
         m = metrics_at(rel, t)
         row = {"relative_floor": floor, "threshold": t, "compression": m["compression"]}
         if use_cv:
-            cv = cross_validate(groups, target, floor, folds)
+            cv = cross_validate(rel, target, None, folds)  # rel is already relative to ``floor``
             row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
         table.append(row)
         score = row["cv_compression"] if use_cv else row["compression"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pruner_model import IGNORE_INDEX, Windows, encode_pairs, segment, span_labels
-from pruner_model.alignment import token_to_sentence, unit_labels
+from pruner_model.alignment import token_to_sentence, unit_bounds, unit_labels
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
 
 
@@ -114,10 +114,7 @@ def tokenize_records(
         out["labels"] = [lab.tolist() for lab in labels]
         out["relevance"] = [float((lab == 1).any()) for lab in labels]
         out["record"] = [batch["record"][p] for p in w.pair_index]
-        bounds = []
-        for context in batch["context"]:
-            units = segment(context)
-            bounds.append((np.array([u.start for u in units]), np.array([u.end for u in units])))
+        bounds = [unit_bounds(segment(context)) for context in batch["context"]]
         out["sentence_ids"] = [
             token_to_sentence(off[:, 0], *bounds[p]).tolist() for off, p in zip(w.offsets, w.pair_index)
         ]
@@ -225,8 +222,7 @@ def build_dev_set(
     units = []
     for r in records:
         us = segment(r["context"])
-        starts = np.array([u.start for u in us], dtype=np.int64)
-        ends = np.array([u.end for u in us], dtype=np.int64)
+        starts, ends = unit_bounds(us)
         labels = unit_labels(us, r["relevant_spans"])
         words = np.array([len(r["context"][u.start : u.end].split()) for u in us], dtype=np.int64)
         units.append((starts, ends, labels, words))

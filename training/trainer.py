@@ -406,11 +406,11 @@ def finalize(
         dev = build_dev_set(cal_records, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
         groups, auc = score_dev(model, dev, pad_id=pad)
         aim = min(1.0, target + cfg.calibration.margin)  # what the threshold is calibrated for
-        absolute_threshold = calibrate_threshold(groups, aim)
         floors = [None, *cfg.calibration.relative_floors]
         mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
             groups, aim, floors, cfg.calibration.folds
         )
+        absolute_threshold = chosen["candidates"][0]["threshold"]  # floors[0] is None: absolute
         metrics["calibration"] = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
         metrics["calibration"].update(
             absolute_threshold=absolute_threshold, calibrated_for=aim, candidates=chosen["candidates"]
