@@ -33,6 +33,8 @@ def main() -> int:
         ap.error(f"no checkpoint at {args.model} (config.json missing)")
     if not Path(args.data).is_file():
         ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
+    if not 2 <= args.folds <= args.calibration_groups:
+        ap.error(f"--folds must be between 2 and --calibration-groups, got {args.folds}")
 
     from transformers import AutoTokenizer
 

@@ -250,7 +250,9 @@ def test_cross_validated_floor_choice_prefers_what_carries_over():
         cross_validate(groups[:3], 1.0, None, folds=5)
 
 
-def test_calibration_margin_is_validated():
+def test_calibration_margin_and_loss_weights_are_validated():
+    with pytest.raises(ConfigError, match="model.sentence_loss_weight must be >= 0"):
+        load_config(None, ["model.sentence_loss_weight=-0.5"])
     with pytest.raises(ConfigError, match="margin"):
         load_config(None, ["calibration.target_evidence=0.99", "calibration.margin=0.05"])
     assert load_config(None, ["calibration.margin=0.01"]).calibration.margin == 0.01

@@ -26,6 +26,11 @@ class ModelSection:
     sentence_loss_weight: float = 0.0  # sentence ranking loss: relevant sentences above their
     # passage neighbours (the errors that cost most compression); 0 = token BCE only
 
+    def __post_init__(self) -> None:
+        for name in ("relevance_loss_weight", "sentence_loss_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0, got {getattr(self, name)}")
+
 
 @dataclass
 class DataSection:
