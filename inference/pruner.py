@@ -12,6 +12,7 @@ import numpy as np
 
 from pruner_model import PrunerConfig, encode_pairs, segment, sentence_scores
 from pruner_model.alignment import unit_bounds
+from pruner_model.metrics import relevance_weighted
 from pruner_model.segmentation import Sentence as Unit
 
 from .backends import Backend, TorchBackend
@@ -135,7 +136,9 @@ class ContextPruner:
         best sentences whatever their score; ``min_relevance`` drops passages whose relevance
         probability is lower. When the checkpoint has a ``relative_floor`` (set by calibration),
         the threshold applies to each score divided by ``max(relative_floor, best score among
-        these passages)``; set ``pruner.config.relative_floor = None`` for absolute scores.
+        these passages)``; set ``pruner.config.relative_floor = None`` for absolute scores. A
+        checkpoint with a ``relevance_exponent`` e > 0 scores each sentence as its token-head score
+        times its passage's relevance probability ** e.
         """
         return self.prune_batch(
             [(query, passages)],
@@ -287,7 +290,9 @@ class ContextPruner:
             ws = windows.windows_of(i)
             starts, ends = unit_bounds(p.units)
             s, n = sentence_scores([probs[w] for w in ws], [windows.offsets[w] for w in ws], starts, ends)
-            scored.append(_Scored(s, n, float(rel[ws].max()) if len(ws) else 0.0))
+            relevance = float(rel[ws].max()) if len(ws) else 0.0
+            s = relevance_weighted(s, np.full(len(s), relevance), getattr(cfg, "relevance_exponent", 0.0))
+            scored.append(_Scored(s, n, relevance))
             pair_tokens.append(int(windows.lengths[ws].sum()))
         return scored, encoder_seconds, pair_tokens
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .metrics import check_relative_floor
+from .metrics import check_relative_floor, check_relevance_exponent
 
 
 class PrunerConfig(PreTrainedConfig):
@@ -32,6 +32,8 @@ class PrunerConfig(PreTrainedConfig):
     relative_floor: float | None = None  # None: threshold the scores as they are. A value f in
     # (0, 1]: threshold score / max(f, best score of the request), so a request whose best sentence
     # is clearly relevant drops its weak sentences harder; calibration picks f (or None) on dev data
+    relevance_exponent: float = 0.0  # sentence score = token-head score x passage relevance ** this
+    # (0: the token head alone); calibration may pick a value on dev data
     head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
     sentence_loss_weight: float = 0.0  # weight of the sentence ranking loss (training only: each
@@ -49,6 +51,7 @@ class PrunerConfig(PreTrainedConfig):
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         check_relative_floor(self.relative_floor)
+        check_relevance_exponent(self.relevance_exponent)
         if self.max_length < 16:
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if not 0 <= self.stride < self.max_length // 2:

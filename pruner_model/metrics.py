@@ -8,6 +8,7 @@ is kept.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ class ScoredGroup:
     labels: np.ndarray  # [n] bool, unit overlaps a relevant span
     tokens: np.ndarray  # [n] tokens per unit
     words: np.ndarray | None = None  # [n] whitespace words per unit (model-independent compression)
+    relevance: np.ndarray | None = None  # [n] relevance probability of each unit's passage
 
     @property
     def has_evidence(self) -> bool:
@@ -127,7 +129,39 @@ def relative_groups(groups: list[ScoredGroup], floor: float | None) -> list[Scor
     """:func:`relative_scores` applied to each group (one group = one request)."""
     if floor is None:
         return groups
-    return [ScoredGroup(relative_scores(g.scores, floor), g.labels, g.tokens, g.words) for g in groups]
+    return [dataclasses.replace(g, scores=relative_scores(g.scores, floor)) for g in groups]
+
+
+def check_relevance_exponent(exponent: float) -> None:
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)) or not 0.0 <= exponent <= 4.0:
+        raise ValueError(f"relevance_exponent must be a number in [0, 4], got {exponent!r}")
+
+
+def relevance_weighted(scores: np.ndarray, relevance: np.ndarray, exponent: float) -> np.ndarray:
+    """Sentence scores times their passage's relevance probability to the power ``exponent``
+    (0: the scores unchanged). The token head says which sentence of a passage answers; the
+    relevance head says whether the passage does; a sentence of a passage the relevance head
+    doubts needs a higher token score to be kept.
+
+    >>> relevance_weighted(np.array([0.8, 0.4]), np.array([1.0, 0.25]), 0.5).tolist()
+    [0.8, 0.2]
+    """
+    check_relevance_exponent(exponent)
+    scores = np.asarray(scores, dtype=np.float64)
+    if exponent == 0:
+        return scores
+    return scores * np.power(np.clip(np.asarray(relevance, dtype=np.float64), 0.0, 1.0), exponent)
+
+
+def weighted_groups(groups: list[ScoredGroup], exponent: float) -> list[ScoredGroup]:
+    """:func:`relevance_weighted` applied to each group (groups must carry ``relevance``)."""
+    if exponent == 0:
+        return groups
+    if any(g.relevance is None for g in groups):
+        raise ValueError("a relevance exponent needs groups scored with passage relevance")
+    return [
+        dataclasses.replace(g, scores=relevance_weighted(g.scores, g.relevance, exponent)) for g in groups
+    ]
 
 
 def calibrate_threshold(groups: list[ScoredGroup], target: float) -> float:
@@ -185,7 +219,11 @@ def cross_validate(
 
 
 def calibrate_operating_point(
-    groups: list[ScoredGroup], target: float, floors: list[float | None], folds: int = 0
+    groups: list[ScoredGroup],
+    target: float,
+    floors: list[float | None],
+    folds: int = 0,
+    exponents: list[float] | tuple[float, ...] = (0.0,),
 ) -> tuple[float | None, float, dict]:
     """The ``(relative_floor, threshold)`` pair, among ``floors`` (None = absolute scores), with the
     highest compression at evidence preserved ``>= target``; also its metrics on ``groups``.
@@ -194,22 +232,30 @@ def calibrate_operating_point(
     with the highest cross-validated compression (:func:`cross_validate`), not the highest in-sample one; the
     threshold is then calibrated on all ``groups``. The metrics carry every candidate's numbers
     under ``"candidates"``. Ties go to the earlier candidate.
+
+    ``exponents`` are relevance exponents (:func:`relevance_weighted`) tried with every floor; the
+    chosen one is ``metrics["relevance_exponent"]``.
     """
     if not floors:
         raise ValueError("floors must name at least one candidate (None = absolute scores)")
-    use_cv = folds >= 2 and len(floors) > 1 and len(groups) >= folds
+    if not exponents:
+        raise ValueError("exponents must name at least one candidate (0 = no relevance weighting)")
+    use_cv = folds >= 2 and len(floors) * len(exponents) > 1 and len(groups) >= folds
     best, table = None, []
-    for floor in floors:
-        rel = relative_groups(groups, floor)
-        t = calibrate_threshold(rel, target)
-        m = metrics_at(rel, t)
-        row = {"relative_floor": floor, "threshold": t, "compression": m["compression"]}
-        if use_cv:
-            cv = cross_validate(rel, target, None, folds)  # rel is already relative to ``floor``
-            row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
-        table.append(row)
-        score = row["cv_compression"] if use_cv else row["compression"]
-        if best is None or score > best[0] + 1e-12:
-            best = (score, floor, t, m)
-    _, floor, t, m = best
-    return floor, t, {**m, "candidates": table}
+    for exponent in exponents:
+        weighted = weighted_groups(groups, exponent)
+        for floor in floors:
+            rel = relative_groups(weighted, floor)
+            t = calibrate_threshold(rel, target)
+            m = metrics_at(rel, t)
+            row = {"relevance_exponent": exponent, "relative_floor": floor, "threshold": t}
+            row["compression"] = m["compression"]
+            if use_cv:
+                cv = cross_validate(rel, target, None, folds)  # rel is already relative to ``floor``
+                row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
+            table.append(row)
+            score = row["cv_compression"] if use_cv else row["compression"]
+            if best is None or score > best[0] + 1e-12:
+                best = (score, exponent, floor, t, m)
+    _, exponent, floor, t, m = best
+    return floor, t, {**m, "relevance_exponent": exponent, "candidates": table}

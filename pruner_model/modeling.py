@@ -40,7 +40,7 @@ class PrunerModel(PreTrainedModel):
 
     >>> from transformers import BertConfig
     >>> cfg = PrunerConfig(encoder_config=BertConfig(hidden_size=32, num_hidden_layers=2,
-    ...                    num_attention_heads=2, intermediate_size=64))
+    ...                    num_attention_heads=2, intermediate_size=64), sep_token_id=102)
     >>> out = PrunerModel(cfg)(input_ids=torch.tensor([[101, 2054, 102, 2003, 102]]))
     >>> tuple(out.token_logits.shape), tuple(out.relevance_logits.shape)
     ((1, 5), (1,))
@@ -77,6 +77,7 @@ class PrunerModel(PreTrainedModel):
         labels: torch.Tensor | None = None,
         relevance_labels: torch.Tensor | None = None,
         sentence_ids: torch.LongTensor | None = None,
+        groups: torch.LongTensor | None = None,
         **kwargs,
     ) -> PrunerOutput:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -91,7 +92,9 @@ class PrunerModel(PreTrainedModel):
         relevance_logits = self.relevance_head(hidden[:, 0]).squeeze(-1)  # [batch]
         loss = None
         if labels is not None or relevance_labels is not None:
-            loss = self.compute_loss(token_logits, relevance_logits, labels, relevance_labels, sentence_ids)
+            loss = self.compute_loss(
+                token_logits, relevance_logits, labels, relevance_labels, sentence_ids, groups
+            )
         return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
 
     def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -108,10 +111,17 @@ class PrunerModel(PreTrainedModel):
         return q / q.norm(dim=-1, keepdim=True).clamp(min=1e-6)
 
     def compute_loss(
-        self, token_logits, relevance_logits, labels=None, relevance_labels=None, sentence_ids=None
+        self,
+        token_logits,
+        relevance_logits,
+        labels=None,
+        relevance_labels=None,
+        sentence_ids=None,
+        groups=None,
     ):
         """Token BCE over context tokens (labels != -100) + weighted relevance BCE + weighted
-        sentence ranking loss (when ``sentence_ids`` are given, see :func:`sentence_ranking_loss`)."""
+        sentence ranking loss (when ``sentence_ids`` are given, see :func:`sentence_ranking_loss`;
+        ``groups``, the query group of each row, widens it to every window of the group)."""
         loss = token_logits.new_zeros(())
         if labels is not None:
             mask = labels != IGNORE_INDEX
@@ -121,7 +131,7 @@ class PrunerModel(PreTrainedModel):
                 )
             if sentence_ids is not None and self.config.sentence_loss_weight > 0:
                 loss = loss + self.config.sentence_loss_weight * sentence_ranking_loss(
-                    token_logits, labels, sentence_ids
+                    token_logits, labels, sentence_ids, groups
                 )
         if relevance_labels is not None and self.config.relevance_loss_weight > 0:
             loss = loss + self.config.relevance_loss_weight * nn.functional.binary_cross_entropy_with_logits(
@@ -154,23 +164,37 @@ class PrunerModel(PreTrainedModel):
 
 
 def sentence_ranking_loss(
-    token_logits: torch.Tensor, labels: torch.Tensor, sentence_ids: torch.Tensor
+    token_logits: torch.Tensor,
+    labels: torch.Tensor,
+    sentence_ids: torch.Tensor,
+    groups: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Each relevant sentence of a window against the window's irrelevant sentences.
+    """Each relevant sentence against the irrelevant sentences of its window (or of its group).
 
     A sentence's logit is the mean of its tokens' logits (``sentence_ids``: the sentence index of
     each token, -1 off the context); a sentence is relevant when one of its tokens is labeled 1.
-    For a relevant sentence with logit ``z`` and the window's irrelevant sentences ``n_1..n_k`` the
-    loss is ``-log softmax(z, n_1..n_k)[0] = softplus(logsumexp(n) - z)``, averaged over the
-    relevant sentences of windows that have both kinds (0 when none has). Token BCE scores every
-    token alone; this term asks the relevant sentence to beat its own passage's neighbours, which
-    is the ranking that the keep threshold acts on.
+    For a relevant sentence with logit ``z`` and irrelevant sentences ``n_1..n_k`` the loss is
+    ``-log softmax(z, n_1..n_k)[0] = softplus(logsumexp(n) - z)``, averaged over the relevant
+    sentences that have negatives (0 when none has). Token BCE scores every token alone; this term
+    asks the relevant sentence to beat its competitors, which is the ranking the keep threshold
+    acts on.
+
+    Without ``groups`` the competitors are the other sentences of the same window (the answer
+    passage's neighbours). With ``groups`` (one id per row: rows of one query group share it, see
+    ``training.data.GroupedBatches``) they are the irrelevant sentences of every row of the group,
+    distractor passages included: the ranking that a group-relative keep rule
+    (``PrunerConfig.relative_floor``) acts on.
 
     >>> z = torch.tensor([[2.0, 2.0, 0.0, -1.0]])
     >>> lab = torch.tensor([[1, 1, 0, 0]])
     >>> sid = torch.tensor([[0, 0, 1, 1]])
     >>> round(float(sentence_ranking_loss(z, lab, sid)), 4)  # softplus(-0.5 - 2)
     0.0789
+    >>> z2 = torch.tensor([[2.0, 2.0, 0.0, -1.0], [1.0, 1.0, -9.0, -9.0]])
+    >>> lab2 = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])
+    >>> sid2 = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1]])
+    >>> round(float(sentence_ranking_loss(z2, lab2, sid2, torch.tensor([7, 7]))), 4)  # negatives -0.5, 1.0, -9.0
+    0.3716
     """
     ids = sentence_ids.long()
     n = int(ids.max().item()) + 1 if ids.numel() else 0
@@ -187,11 +211,14 @@ def sentence_ranking_loss(
     mean = sums / counts.clamp(min=1.0)
     neg = present & ~pos
     pos = present & pos
-    rows = pos.any(dim=1) & neg.any(dim=1)
+    neg_lse = torch.logsumexp(mean.masked_fill(~neg, float("-inf")), dim=1)  # [B], -inf: none
+    if groups is not None:  # pool the negatives of every row of the same group
+        same = groups.view(-1, 1) == groups.view(1, -1)  # [B, B]
+        neg_lse = torch.logsumexp(neg_lse.view(1, -1).masked_fill(~same, float("-inf")), dim=1)
+    rows = pos.any(dim=1) & torch.isfinite(neg_lse)
     if not rows.any():
         return token_logits.new_zeros(())
-    neg_lse = torch.logsumexp(mean.masked_fill(~neg, float("-inf")), dim=1, keepdim=True)  # [B, 1]
-    per = nn.functional.softplus(neg_lse - mean)  # [B, n]
+    per = nn.functional.softplus(neg_lse.masked_fill(~rows, 0.0).unsqueeze(1) - mean)  # [B, n]
     use = pos & rows.unsqueeze(1)
     return per[use].mean()
 

@@ -86,6 +86,40 @@ def test_sentence_ranking_loss_values_and_direction():
     assert sentence_ranking_loss(z, torch.tensor([[-100, 0, 0, 0, 0, 0]]), sid).item() == 0.0
 
 
+def test_sentence_ranking_loss_pools_negatives_of_a_group():
+    from pruner_model.modeling import sentence_ranking_loss
+
+    # row 0: the answer passage (sentence 0 relevant, logit 2; sentence 1 at -1); row 1: a
+    # distractor passage of the same query (a sentence at 3); row 2: another query's passage
+    z = torch.tensor([[2.0, 2.0, -1.0], [3.0, 3.0, -5.0], [9.0, 9.0, 9.0]], requires_grad=True)
+    lab = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 0, 0]])
+    sid = torch.tensor([[0, 0, 1], [0, 0, 1], [0, 0, 0]])
+    window = sentence_ranking_loss(z, lab, sid)  # row 0 alone: softplus(-1 - 2)
+    assert window.item() == pytest.approx(torch.nn.functional.softplus(torch.tensor(-3.0)).item(), abs=1e-6)
+    grouped = sentence_ranking_loss(z, lab, sid, torch.tensor([4, 4, 5]))
+    neg = torch.logsumexp(torch.tensor([-1.0, 3.0, -5.0]), 0)  # row 2 (other group) left out
+    assert grouped.item() == pytest.approx(torch.nn.functional.softplus(neg - 2.0).item(), abs=1e-6)
+    grouped.backward()
+    assert (z.grad[1, :2] > 0).all() and (z.grad[2] == 0).all()  # the distractor is pushed down
+    # a group whose only rows are positive-only contributes nothing (no negatives anywhere)
+    lone = sentence_ranking_loss(
+        z, torch.tensor([[1, 1, 1], [0, 0, 0], [0, 0, 0]]), sid, torch.tensor([1, 2, 3])
+    )
+    assert lone.item() == 0.0
+
+
+def test_doctests_of_the_core_modules():
+    import doctest
+
+    import pruner_model.metrics
+    import pruner_model.modeling
+    import pruner_model.segmentation
+
+    for mod in (pruner_model.modeling, pruner_model.metrics, pruner_model.segmentation):
+        result = doctest.testmod(mod)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
 def test_sentence_loss_weight_adds_to_the_loss(tiny_model):
     ids = torch.randint(1000, 2000, (2, 10))
     labels = torch.full((2, 10), -100)

@@ -65,6 +65,22 @@ def test_checkpoint_relative_floor_is_applied(pruner):
     assert pruner.prune("q?", PASSAGES[:1], threshold=1.0).stats.sentences_out == 0
 
 
+def test_checkpoint_relevance_exponent_weights_sentence_scores(pruner):
+    def scored(r):
+        return [(s.score, p.relevance) for p in r.passages for s in p.sentences]
+
+    plain = scored(pruner.prune("q?", PASSAGES[:2], threshold=0.0, dedup=False))
+    pruner.config.relevance_exponent = 2.0
+    weighted = scored(pruner.prune("q?", PASSAGES[:2], threshold=0.0, dedup=False))
+    pruner.config.relevance_exponent = 0.0
+    assert len(plain) == len(weighted) == 5
+    for (s0, rel0), (s2, rel2) in zip(plain, weighted):
+        assert rel0 == pytest.approx(rel2) and 0 < rel0 < 1
+        assert s2 == pytest.approx(s0 * rel0**2)
+    with pytest.raises(ValueError, match="relevance_exponent"):
+        type(pruner.config)(relevance_exponent=-1.0)
+
+
 def test_identical_pairs_are_encoded_once(pruner):
     from inference.pruner import PruneRequest
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from pruner_model import IGNORE_INDEX, PrunerModel
 from pruner_model.cli import main
 from training.config import ConfigError, load_config
-from training.data import LengthGroupedBatches, read_records, tokenize_records
+from training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
 from training.metrics import (
     ScoredGroup,
     calibrate_operating_point,
@@ -82,7 +82,9 @@ def tiny_cfg(data_files, **over):
 
 def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_model, bert_tokenizer):
     out = tmp_path / "run"
-    cfg = tiny_cfg(data_files, **{"model.sentence_loss_weight": 0.5})  # sentence ids reach the loss
+    cfg = tiny_cfg(  # sentence ids reach the loss; calibration also tries a relevance exponent
+        data_files, **{"model.sentence_loss_weight": 0.5, "calibration.relevance_exponents": "[1.0]"}
+    )
     tiny_model.config.sentence_loss_weight = 0.5
     metrics = train(cfg, out, model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
     saved = json.loads((out / "metrics.json").read_text())
@@ -91,6 +93,8 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     loaded = PrunerModel.from_pretrained(str(out))
     assert loaded.config.threshold == pytest.approx(saved["calibration"]["threshold"])
     assert loaded.config.relative_floor == saved["calibration"]["relative_floor"]
+    assert loaded.config.relevance_exponent == saved["calibration"]["relevance_exponent"]
+    assert {r["relevance_exponent"] for r in saved["calibration"]["candidates"]} == {0.0, 1.0}
     from inference import ContextPruner
 
     r = ContextPruner.from_pretrained(out).prune("question 1?", [SENTS[0] + " " + SENTS[1]])
@@ -108,8 +112,13 @@ def test_training_changes_weights_and_lowers_loss(tmp_path, data_files, tiny_mod
     assert any(k.startswith("token_head") for k in changed) and any(k.startswith("encoder") for k in changed)
 
 
-def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tokenizer):
-    cfg = tiny_cfg(data_files, **{"train.max_steps": 6, "train.eval_every": 0, "train.save_every": 0})
+@pytest.mark.parametrize("grouped", [False, True], ids=["length-batches", "group-batches"])
+def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tokenizer, grouped):
+    over = {"train.max_steps": 6, "train.eval_every": 0, "train.save_every": 0}
+    if grouped:  # whole query groups per batch, the ranking loss pooled over each group
+        over.update({"train.group_batches": "true", "model.sentence_loss_weight": 0.5})
+        tiny_model.config.sentence_loss_weight = 0.5
+    cfg = tiny_cfg(data_files, **over)
     a, b = copy.deepcopy(tiny_model), copy.deepcopy(tiny_model)
     train(cfg, tmp_path / "full", model=a, tokenizer=bert_tokenizer, quiet=True)
     res = train(cfg, tmp_path / "cut", model=b, tokenizer=bert_tokenizer, quiet=True, stop_after=3)
@@ -193,6 +202,33 @@ def test_batches_are_deterministic_and_complete():
     assert list(s) != a
 
 
+def test_group_batches_keep_query_groups_together():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), rng.integers(1, 7, 40))  # 40 groups of 1-6 windows
+    groups = np.append(groups, [40] * 11)  # one group larger than a batch
+    order = rng.permutation(len(groups))  # windows of a group need not be adjacent
+    groups = groups[order]
+    s = GroupedBatches(rng.integers(20, 256, len(groups)), groups, 8, seed=3)
+    s.for_epoch(1)
+    a = list(s)
+    assert a == list(s) and len(a) == len(s)
+    assert sorted(i for bt in a for i in bt) == list(range(len(groups)))  # every window once
+    assert all(len(bt) <= 8 for bt in a)
+    for g in range(40):  # every group that fits a batch lies in one batch
+        where = {k for k, bt in enumerate(a) for i in bt if groups[i] == g}
+        assert len(where) == 1, g
+    assert len({k for k, bt in enumerate(a) for i in bt if groups[i] == 40}) == 2  # 11 windows: cut
+    s.for_epoch(2)
+    assert list(s) != a
+
+
+def test_report_slice_must_not_overlap_calibration():
+    with pytest.raises(ConfigError, match="overlaps the calibration groups"):
+        load_config(overrides=["data.calibration_dev_groups=2000", "data.report_dev_start=1500"])
+    cfg = load_config(overrides=["data.report_dev_start=4000", "train.group_batches=true"])
+    assert cfg.data.report_dev_start == 4000 and cfg.train.group_batches is True
+
+
 def test_metrics_and_calibration():
     assert roc_auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
     groups = [
@@ -248,6 +284,32 @@ def test_cross_validated_floor_choice_prefers_what_carries_over():
     assert rows[0.05]["cv_compression"] > rows[None]["cv_compression"]
     with pytest.raises(ValueError, match="folds"):
         cross_validate(groups[:3], 1.0, None, folds=5)
+
+
+def test_relevance_exponent_is_chosen_when_the_relevance_head_separates():
+    # Each query: a gold sentence (0.6) in a passage the relevance head trusts (0.9), and a
+    # distractor passage whose sentence scores as high (0.6-0.7) but whose relevance is low (0.1).
+    # The token head alone cannot drop the distractor; times relevance it can.
+    rng = np.random.default_rng(1)
+    tok = np.array([10, 10, 10])
+    groups = []
+    for _ in range(20):
+        s = np.array([0.6, 0.05, rng.uniform(0.6, 0.7)])
+        groups.append(
+            ScoredGroup(s, np.array([True, False, False]), tok, relevance=np.array([0.9, 0.9, 0.1]))
+        )
+    floor, t, m = calibrate_operating_point(groups, 1.0, [None], folds=4, exponents=[0.0, 1.0])
+    assert m["relevance_exponent"] == 1.0 and m["evidence_preserved"] == 1.0
+    assert m["compression"] == pytest.approx(2 / 3)
+    rows = {r["relevance_exponent"]: r for r in m["candidates"]}
+    assert rows[1.0]["cv_compression"] > rows[0.0]["cv_compression"]
+    assert calibrate_operating_point(groups, 1.0, [None])[2]["relevance_exponent"] == 0.0
+    with pytest.raises(ValueError, match="relevance"):  # groups scored without relevance
+        calibrate_operating_point(
+            [ScoredGroup(groups[0].scores, groups[0].labels, tok)], 1.0, [None], exponents=[1.0]
+        )
+    with pytest.raises(ConfigError, match="relevance_exponents"):
+        load_config(None, ["calibration.relevance_exponents=[-1]"])
 
 
 def test_calibration_margin_and_loss_weights_are_validated():

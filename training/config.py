@@ -40,6 +40,9 @@ class DataSection:
     max_dev_groups: int | None = 500  # dev eval during training is on this many groups
     calibration_dev_groups: int | None = 2000  # dev groups for the final threshold calibration
     report_dev_groups: int | None = 2000  # other dev groups, never used to calibrate: the reported numbers
+    # first group of the report slice (None = right after the calibration groups); a later start
+    # reports on groups no earlier run has scored
+    report_dev_start: int | None = None
     dedup: bool = True  # duplicate (query, context) pairs teach the model to keep everything
     seed: int = 0
 
@@ -64,6 +67,9 @@ class TrainSection:
     best_metric: str = "compression_at_target"  # dev metric that picks the kept checkpoint
     num_workers: int = 0
     threads: int | None = None  # torch CPU threads (None = torch default)
+    # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
+    # against every sentence of its group (distractor passages too), not only its own passage's
+    group_batches: bool = False
 
 
 @dataclass
@@ -77,6 +83,9 @@ class CalibrationSection:
     # cross-validation on the calibration groups (in-sample, every candidate meets the target
     # exactly and the best fit to those very groups wins); < 2 = in-sample choice
     folds: int = 5
+    # relevance exponents tried beside 0 (see PrunerConfig.relevance_exponent): sentence scores
+    # times passage relevance ** e; chosen with the floor, by the same (cross-validated) compression
+    relevance_exponents: list[float] = field(default_factory=list)
     # the threshold is calibrated for target_evidence + margin: a calibrated threshold lands on
     # new queries around its target, half the time under it; a margin buys headroom for compression
     margin: float = 0.0
@@ -88,6 +97,9 @@ class CalibrationSection:
             raise ConfigError(
                 f"calibration.margin must be >= 0 with target_evidence + margin <= 1, got {self.margin}"
             )
+        for e in self.relevance_exponents:
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 < e <= 4.0:
+                raise ConfigError(f"calibration.relevance_exponents: each must be in (0, 4], got {e!r}")
         for f in self.relative_floors:
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
                 raise ConfigError(f"calibration.relative_floors: each must be in (0, 1], got {f!r}")
@@ -112,6 +124,12 @@ class TrainConfig:
             raise ConfigError("train.epochs must be > 0 (or set train.max_steps)")
         if not 0 < self.calibration.target_evidence <= 1:
             raise ConfigError("calibration.target_evidence must be in (0, 1]")
+        d = self.data
+        if d.report_dev_start is not None and d.report_dev_start < (d.calibration_dev_groups or 0):
+            raise ConfigError(
+                f"data.report_dev_start ({d.report_dev_start}) overlaps the calibration groups "
+                f"(0-{d.calibration_dev_groups - 1}): reported numbers must be held out"
+            )
         if self.model.stride >= self.model.max_length // 2:
             raise ConfigError("model.stride must be smaller than half of model.max_length")
 

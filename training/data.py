@@ -100,12 +100,17 @@ def tokenize_records(
     report: DataReport | None = None,
     batch_size: int = 256,
 ):
-    """A ``datasets.Dataset`` of windows: model inputs, ``labels``, ``relevance``, ``record`` and
-    ``sentence_ids`` (the sentence each token falls in, -1 off the context: the units inference
-    scores, for the sentence ranking loss)."""
+    """A ``datasets.Dataset`` of windows: model inputs, ``labels``, ``relevance``, ``record``,
+    ``group`` (index of the record's query group) and ``sentence_ids`` (the sentence each token
+    falls in, -1 off the context: the units inference scores, for the sentence ranking loss)."""
     from datasets import Dataset
 
-    ds = Dataset.from_list([{**r, "record": i} for i, r in enumerate(records)])
+    gids: dict[str, int] = {}
+    for r in records:
+        gids.setdefault(group_id(r["id"]), len(gids))
+    ds = Dataset.from_list(
+        [{**r, "record": i, "group": gids[group_id(r["id"])]} for i, r in enumerate(records)]
+    )
 
     def encode(batch):
         w = encode_pairs(tokenizer, batch["query"], batch["context"], max_length, stride, max_query_length)
@@ -114,6 +119,7 @@ def tokenize_records(
         out["labels"] = [lab.tolist() for lab in labels]
         out["relevance"] = [float((lab == 1).any()) for lab in labels]
         out["record"] = [batch["record"][p] for p in w.pair_index]
+        out["group"] = [batch["group"][p] for p in w.pair_index]
         bounds = [unit_bounds(segment(context)) for context in batch["context"]]
         out["sentence_ids"] = [
             token_to_sentence(off[:, 0], *bounds[p]).tolist() for off, p in zip(w.offsets, w.pair_index)
@@ -172,12 +178,64 @@ class LengthGroupedBatches:
         return iter([batches[i] for i in order])
 
 
-class Collator:
-    """Pads a list of windows to the longest one; labels pad with IGNORE_INDEX."""
+class GroupedBatches(LengthGroupedBatches):
+    """Batches of whole query groups (every window of a group's passages in one batch), so the
+    sentence ranking loss can rank an answer sentence against the distractor passages of its
+    query. Groups are shuffled (seeded by epoch), sorted by length inside chunks of about
+    ``mega`` batches, and packed in that order into batches of at most ``batch_size`` windows;
+    a group with more windows than that is cut. Deterministic per (seed, epoch) like its parent."""
 
-    def __init__(self, pad_token_id: int, input_names: list[str]):
+    def __init__(self, lengths: np.ndarray, groups: np.ndarray, batch_size: int, seed: int, mega: int = 50):
+        super().__init__(lengths, batch_size, seed, mega)
+        groups = np.asarray(groups)
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        self.members = np.split(order, cuts) if len(order) else []  # window indices of each group
+        self.group_length = np.array([self.lengths[m].max() for m in self.members], dtype=np.int64)
+
+    def __len__(self) -> int:  # packing depends on the order: count this epoch's batches
+        return len(self._batches())
+
+    def _pack(self, group_order: np.ndarray) -> list[list[int]]:
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for g in group_order:
+            m = self.members[g].tolist()
+            if current and len(current) + len(m) > self.batch_size:
+                batches.append(current)
+                current = []
+            while len(m) > self.batch_size:  # a group larger than a batch: cut it
+                batches.append(m[: self.batch_size])
+                m = m[self.batch_size :]
+            current += m
+        if current:
+            batches.append(current)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
+
+    def _batches(self) -> list[list[int]]:
+        rng = np.random.default_rng(self.seed + 1000 * self.epoch)
+        perm = rng.permutation(len(self.members))
+        per_chunk = max(1, self.mega * self.batch_size * len(self.members) // max(1, len(self.lengths)))
+        ordered = []
+        for c in range(0, len(perm), per_chunk):
+            part = perm[c : c + per_chunk]
+            ordered.append(part[np.argsort(-self.group_length[part], kind="stable")])
+        batches = self._pack(np.concatenate(ordered) if ordered else perm)
+        order = rng.permutation(len(batches))
+        return [batches[i] for i in order]
+
+
+class Collator:
+    """Pads a list of windows to the longest one; labels pad with IGNORE_INDEX. With ``groups``,
+    the batch also carries each window's query group (for the group-wide ranking loss)."""
+
+    def __init__(self, pad_token_id: int, input_names: list[str], groups: bool = False):
         self.pad = pad_token_id
         self.input_names = input_names
+        self.groups = groups
 
     def __call__(self, rows: list[dict]):
         import torch
@@ -193,6 +251,8 @@ class Collator:
                 arr[i, : len(r[name])] = r[name]
             out[name] = torch.from_numpy(arr)
         out["relevance_labels"] = torch.tensor([r["relevance"] for r in rows], dtype=torch.float32)
+        if self.groups:
+            out["groups"] = torch.tensor([r["group"] for r in rows], dtype=torch.int64)
         return out
 
 

@@ -12,4 +12,5 @@ from pruner_model.metrics import (  # noqa: F401
     relative_scores,
     roc_auc,
     sweep,
+    weighted_groups,
 )

@@ -30,6 +30,7 @@ from .config import TrainConfig
 from .data import (
     Collator,
     DevSet,
+    GroupedBatches,
     LengthGroupedBatches,
     build_dev_set,
     read_records,
@@ -42,6 +43,7 @@ from .metrics import (
     metrics_at,
     relative_groups,
     roc_auc,
+    weighted_groups,
 )
 
 STATE_FILE = "trainer_state.json"
@@ -62,7 +64,8 @@ def score_dev(
     groups: list[str] | None = None,
     bf16: bool = False,
 ) -> tuple[list[ScoredGroup], float]:
-    """Sentence scores of every dev record, grouped by query, and the token AUC.
+    """Sentence scores of every dev record, grouped by query, and the token AUC. Scores are the
+    token head's; each group also carries its passages' relevance probabilities.
 
     ``bf16`` runs the encoder under bf16 autocast (in-training evaluation only: calibration and
     reported numbers use fp32, the precision of default inference)."""
@@ -72,6 +75,7 @@ def score_dev(
     w = dev.windows
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in w.features]
     probs: list[np.ndarray] = [None] * len(w)  # type: ignore[list-item]
+    window_relevance = np.zeros(len(w))
     order = np.argsort(-w.lengths, kind="stable")
     for b in range(0, len(order), batch_size):
         idx = order[b : b + batch_size]
@@ -83,7 +87,9 @@ def score_dev(
                 arr[row, : w.lengths[k]] = w.features[name][k]
             batch[name] = torch.from_numpy(arr).to(device)
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(**batch).token_logits.float().cpu().numpy()
+            out = model(**batch)
+        logits = out.token_logits.float().cpu().numpy()
+        window_relevance[idx] = 1 / (1 + np.exp(-out.relevance_logits.float().cpu().numpy()))
         p = 1 / (1 + np.exp(-logits))
         for row, k in enumerate(idx):
             probs[k] = p[row, : w.lengths[k]]
@@ -98,7 +104,8 @@ def score_dev(
         ws = w.windows_of(rec)
         starts, ends, labels, words = dev.units[rec]
         s, n = sentence_scores([probs[k] for k in ws], [w.offsets[k] for k in ws], starts, ends)
-        by_record[rec] = (s, labels, n, words)
+        relevance = np.full(len(s), window_relevance[ws].max() if len(ws) else 0.0)  # as inference
+        by_record[rec] = (s, labels, n, words, relevance)
     out = []
     for gid in groups if groups is not None else dev.groups:
         members = dev.groups[gid]
@@ -108,6 +115,7 @@ def score_dev(
                 labels=np.concatenate([by_record[i][1] for i in members]),
                 tokens=np.concatenate([by_record[i][2] for i in members]),
                 words=np.concatenate([by_record[i][3] for i in members]),
+                relevance=np.concatenate([by_record[i][4] for i in members]),
             )
         )
     return out, auc
@@ -119,12 +127,15 @@ def dev_metrics(
     threshold: float,
     target: float,
     relative_floor: float | None = None,
+    relevance_exponent: float = 0.0,
 ) -> dict:
-    """Metrics at ``threshold`` (on relative scores when ``relative_floor`` is set), plus the best
-    compression reachable at the evidence ``target`` on these groups (an in-sample figure)."""
-    groups = relative_groups(groups, relative_floor)
+    """Metrics at ``threshold`` (on relevance-weighted scores when ``relevance_exponent`` > 0, then
+    relative ones when ``relative_floor`` is set), plus the best compression reachable at the
+    evidence ``target`` on these groups (an in-sample figure)."""
+    groups = relative_groups(weighted_groups(groups, relevance_exponent), relative_floor)
     m = metrics_at(groups, threshold)
     m["relative_floor"] = relative_floor
+    m["relevance_exponent"] = relevance_exponent
     t = calibrate_threshold(groups, target)
     at_target = metrics_at(groups, t)
     m.update(
@@ -247,11 +258,15 @@ def train(
         log(dev_report.line("dev") + (f" (eval on {len(dev.groups)} groups)" if dev else ""))
 
     input_names = [n for n in tokenizer.model_input_names if n in train_ds.column_names]
-    sampler = LengthGroupedBatches(np.array([len(x) for x in train_ds["input_ids"]]), t.batch_size, t.seed)
+    lengths = np.array([len(x) for x in train_ds["input_ids"]])
+    if t.group_batches:
+        sampler = GroupedBatches(lengths, np.array(train_ds["group"]), t.batch_size, t.seed)
+    else:
+        sampler = LengthGroupedBatches(lengths, t.batch_size, t.seed)
     loader = torch.utils.data.DataLoader(
         train_ds,
         batch_sampler=sampler,
-        collate_fn=Collator(tokenizer.pad_token_id or 0, input_names),
+        collate_fn=Collator(tokenizer.pad_token_id or 0, input_names, groups=t.group_batches),
         num_workers=t.num_workers,
         # its own generator: creating an iterator draws a seed, which must not shift the global
         # RNG (dropout) differently in a resumed run than in an uninterrupted one
@@ -407,16 +422,21 @@ def finalize(
         groups, auc = score_dev(model, dev, pad_id=pad)
         aim = min(1.0, target + cfg.calibration.margin)  # what the threshold is calibrated for
         floors = [None, *cfg.calibration.relative_floors]
+        exponents = [0.0, *cfg.calibration.relevance_exponents]
         mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
-            groups, aim, floors, cfg.calibration.folds
+            groups, aim, floors, cfg.calibration.folds, exponents
         )
-        absolute_threshold = chosen["candidates"][0]["threshold"]  # floors[0] is None: absolute
-        metrics["calibration"] = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
+        mc.relevance_exponent = chosen["relevance_exponent"]
+        # floors[0] is None and exponents[0] is 0: candidates[0] is the plain token-head score
+        absolute_threshold = chosen["candidates"][0]["threshold"]
+        metrics["calibration"] = dev_metrics(
+            groups, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent
+        )
         metrics["calibration"].update(
             absolute_threshold=absolute_threshold, calibrated_for=aim, candidates=chosen["candidates"]
         )
         if not quiet:
-            if len(floors) > 1:
+            if len(floors) * len(exponents) > 1:
                 for row in chosen["candidates"]:
                     cv = (
                         f", {cfg.calibration.folds}-fold held-out evidence {row['cv_evidence_preserved']:.3f} "
@@ -424,11 +444,14 @@ def finalize(
                         if "cv_compression" in row
                         else ""
                     )
+                    exp = f"relevance^{row['relevance_exponent']} " if len(exponents) > 1 else ""
                     log(
-                        f"  floor {row['relative_floor']}: threshold {row['threshold']:.4f}, "
+                        f"  {exp}floor {row['relative_floor']}: threshold {row['threshold']:.4f}, "
                         f"in-sample compression {row['compression']:.3f}{cv}"
                     )
             mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
+            if mc.relevance_exponent:
+                mode += f", x relevance^{mc.relevance_exponent}"
             log(
                 f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
                 f"(evidence target {target}"
@@ -437,23 +460,25 @@ def finalize(
             )
     else:  # the checkpoint's threshold stands; it is relative when the checkpoint has a floor
         absolute_threshold = None
+    report_start = cfg.data.report_dev_start if cfg.data.report_dev_start is not None else n_cal
     report_records = (
-        _dev_slice(dev_records, cfg.data.seed, n_cal, n_cal + cfg.data.report_dev_groups)
+        _dev_slice(dev_records, cfg.data.seed, report_start, report_start + cfg.data.report_dev_groups)
         if n_cal is not None and cfg.data.report_dev_groups
         else []
     )
     if report_records:
         dev = build_dev_set(report_records, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
         groups, auc = score_dev(model, dev, pad_id=pad)
-        final = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor)
+        final = dev_metrics(groups, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
         final["passages_per_group"] = float(np.mean([len(v) for v in dev.groups.values()]))
         metrics["dev"] = final
-        if mc.relative_floor is not None and absolute_threshold is not None:
+        if (mc.relative_floor is not None or mc.relevance_exponent) and absolute_threshold is not None:
             # the same slice with absolute scores, for comparison
             metrics["dev_absolute"] = dev_metrics(groups, auc, absolute_threshold, target)
         if not quiet:
             log(
-                f"dev ({len(groups)} groups not used for calibration) at threshold {mc.threshold:.4f}: "
+                f"dev ({len(groups)} groups not used for calibration: {report_start}-"
+                f"{report_start + len(groups) - 1} of the permutation) at threshold {mc.threshold:.4f}: "
                 f"evidence preserved {final['evidence_preserved']:.3f}, compression {final['compression']:.3f}, "
                 f"sentence F1 {final['f1']:.3f}, token AUC {auc:.4f}"
             )
