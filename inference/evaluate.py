@@ -242,6 +242,7 @@ def evaluate(
         "groups_with_evidence": sum(any(lab.any() for lab in g.labels) for g in groups),
         "target_evidence": target,
         "relative_floor": floor,
+        "relevance_exponent": getattr(pruner.config, "relevance_exponent", 0.0),
         "systems": {},
     }
     for name, gs in systems.items():
@@ -333,6 +334,11 @@ def write_markdown(report: dict, path: Path) -> None:
         + (
             f"; on scores relative to each query's best sentence, floor {report['relative_floor']}"
             if report.get("relative_floor") is not None
+            else ""
+        )
+        + (
+            f"; sentence scores times passage relevance^{report['relevance_exponent']}"
+            if report.get("relevance_exponent")
             else ""
         )
         + "), measured through the full pipeline:\n",
