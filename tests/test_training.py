@@ -129,6 +129,18 @@ def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tok
     wb = load_file(str(tmp_path / "cut" / "model.safetensors"))
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+    # resuming a finished run re-evaluates and re-finalizes; its history keeps one entry per step
+    before = json.loads((tmp_path / "full" / "metrics.json").read_text())["history"]
+    train(
+        cfg,
+        tmp_path / "full",
+        model=copy.deepcopy(tiny_model),
+        tokenizer=bert_tokenizer,
+        quiet=True,
+        resume=True,
+    )
+    after = json.loads((tmp_path / "full" / "metrics.json").read_text())["history"]
+    assert [h["step"] for h in after] == [h["step"] for h in before] == [6]
 
 
 def test_refuses_to_overwrite_a_run(tmp_path, data_files, tiny_model, bert_tokenizer):

@@ -304,7 +304,8 @@ def train(
         groups, auc = score_dev(unwrapped, dev, pad_id=tokenizer.pad_token_id or 0, bf16=mp == "bf16")
         m = dev_metrics(groups, auc, mc.threshold, target)
         m["step"] = state["step"]
-        state["history"].append(m)
+        # a resumed finished run evaluates its last step again: replace, do not repeat, that entry
+        state["history"] = [h for h in state["history"] if h.get("step") != state["step"]] + [m]
         better = state["best"] is None or (m.get(t.best_metric, float("nan")) > state["best"])
         if better:
             state["best"], state["best_step"] = m.get(t.best_metric), state["step"]
