@@ -291,7 +291,7 @@ class ContextPruner:
             starts, ends = unit_bounds(p.units)
             s, n = sentence_scores([probs[w] for w in ws], [windows.offsets[w] for w in ws], starts, ends)
             relevance = float(rel[ws].max()) if len(ws) else 0.0
-            s = relevance_weighted(s, np.full(len(s), relevance), getattr(cfg, "relevance_exponent", 0.0))
+            s = relevance_weighted(s, relevance, cfg.relevance_exponent)
             scored.append(_Scored(s, n, relevance))
             pair_tokens.append(int(windows.lengths[ws].sum()))
         return scored, encoder_seconds, pair_tokens

@@ -137,9 +137,9 @@ def check_relevance_exponent(exponent: float) -> None:
         raise ValueError(f"relevance_exponent must be a number in [0, 4], got {exponent!r}")
 
 
-def relevance_weighted(scores: np.ndarray, relevance: np.ndarray, exponent: float) -> np.ndarray:
-    """Sentence scores times their passage's relevance probability to the power ``exponent``
-    (0: the scores unchanged). The token head says which sentence of a passage answers; the
+def relevance_weighted(scores: np.ndarray, relevance: np.ndarray | float, exponent: float) -> np.ndarray:
+    """Sentence scores times their passage's relevance probability (per unit, or one for all) to
+    the power ``exponent`` (0: the scores unchanged). The token head says which sentence of a passage answers; the
     relevance head says whether the passage does; a sentence of a passage the relevance head
     doubts needs a higher token score to be kept.
 

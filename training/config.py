@@ -97,9 +97,18 @@ class CalibrationSection:
             raise ConfigError(
                 f"calibration.margin must be >= 0 with target_evidence + margin <= 1, got {self.margin}"
             )
-        for e in self.relevance_exponents:
-            if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 < e <= 4.0:
-                raise ConfigError(f"calibration.relevance_exponents: each must be in (0, 4], got {e!r}")
+        if self.relevance_exponents:  # the model's own check (imported only when there is one)
+            from pruner_model.metrics import check_relevance_exponent
+
+            for e in self.relevance_exponents:
+                try:
+                    check_relevance_exponent(e)
+                except ValueError as exc:
+                    raise ConfigError(f"calibration.relevance_exponents: {exc}") from None
+                if e == 0:  # 0 (the token head alone) is always a candidate
+                    raise ConfigError(
+                        "calibration.relevance_exponents: list exponents > 0; 0 is always tried"
+                    )
         for f in self.relative_floors:
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
                 raise ConfigError(f"calibration.relative_floors: each must be in (0, 1], got {f!r}")
