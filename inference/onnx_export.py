@@ -1,6 +1,7 @@
 """Export a pruner checkpoint to ONNX (one graph: encoder + both heads) and validate it.
 
-The export folder holds ``model.onnx`` (and ``model.int8.onnx`` with dynamic int8 quantization),
+The export folder holds ``model.onnx`` (and ``model.int8.onnx`` with dynamic int8 quantization,
+per-channel weight scales),
 the checkpoint's ``config.json`` and tokenizer files, and ``export_report.json`` with the
 validation numbers: the max absolute difference of token probabilities against torch on fixed
 inputs (must be <= 1e-4 for fp32) and, for int8, the share of sentences whose keep/drop decision
@@ -175,10 +176,15 @@ def export_onnx(
                 str(onnx_path),
                 str(int8_tmp),
                 weight_type=QuantType.QInt8,
+                # one scale per output channel: on the reference model (ranking loss, decisions at
+                # probabilities near 0.01) keep/drop agreement with fp32 on 3292 nyt sentences rose
+                # from 0.971 to 0.987 (128 validation sentences: 0.945 -> 0.969), same speed
+                per_channel=True,
                 # fused contrib ops (com.microsoft) defeat shape inference: their outputs are float
                 extra_options={"DefaultTensorType": TensorProto.FLOAT},
             )
         report["files"].append("model.int8.onnx")
+        report["int8_per_channel"] = True
     if validate:
         report.update(validate_export(model, tokenizer, output_dir, batch, quantize == "int8"))
     int8_failed = validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]

@@ -1,0 +1,117 @@
+"""Which dynamic int8 quantization keeps an export's keep/drop decisions: a side-by-side check.
+
+    python benchmarks/int8_variants.py --export runs/reference-onnx [--data data/squad/dev.jsonl]
+        [--groups 100] [--work /tmp/int8-variants]
+
+Quantizes the fp32 ``model.onnx`` of an export folder (``pruner export`` without ``--quantize``)
+several ways: one scale per tensor (``plain``), per output channel (what ``pruner export`` uses),
+``reduce_range``, per channel with the two heads left in fp32, and per tensor with the last encoder
+layer and heads left in fp32. For each it prints the keep/drop agreement with fp32 on the export's
+128 validation sentences and on every sentence of the first ``--groups`` dev groups of the seeded
+permutation (the in-training evaluation slice), and the int8 time of one 16-window batch relative
+to ``plain`` (median of 8, measured in this run; absolute times are not printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--export", required=True, help="export folder holding model.onnx")
+    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--groups", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0, help="the training config's data.seed")
+    ap.add_argument("--work", default="/tmp/int8-variants", help="scratch folder for the variants")
+    args = ap.parse_args()
+    src = Path(args.export)
+    if not (src / "model.onnx").is_file():
+        ap.error(f"no model.onnx in {src} (run 'pruner export' first)")
+    if not Path(args.data).is_file():
+        ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoTokenizer
+
+    from inference.onnx_backend import OnnxBackend
+    from inference.onnx_export import int8_agreement, sample_inputs
+    from inference.pruner import ContextPruner
+    from pruner_model import PrunerConfig
+    from pruner_model.records import read_jsonl
+    from training.data import group_id
+    from training.trainer import _dev_slice
+
+    tok = AutoTokenizer.from_pretrained(str(src))
+    cfg = PrunerConfig.from_pretrained(str(src))
+    by: dict[str, list[dict]] = {}
+    for r in _dev_slice(read_jsonl(args.data), args.seed, 0, args.groups):
+        by.setdefault(group_id(r["id"]), []).append(r)
+    items = [(v[0]["query"], [r["context"] for r in v]) for v in by.values()]
+
+    def decisions(pruner) -> np.ndarray:
+        return np.array(
+            [s.kept for r in pruner.prune_batch(items, dedup=False) for p in r.passages for s in p.sentences]
+        )
+
+    ref = decisions(ContextPruner(OnnxBackend.from_pretrained(src, device="cpu"), tok, cfg))
+    nodes = [n.name for n in onnx.load(str(src / "model.onnx"), load_external_data=False).graph.node]
+    heads = [n for n in nodes if "_head/" in n]
+    k = getattr(cfg.encoder_config, "num_hidden_layers", 1) - 1  # the last encoder layer's nodes
+    last = [n for n in nodes if f"layer.{k}/" in n or n == f"Attention_{k}"]
+    variants = {
+        "plain": {},
+        "per_channel": {"per_channel": True},
+        "reduce_range": {"reduce_range": True},
+        "per_channel, heads fp32": {"per_channel": True, "nodes_to_exclude": heads},
+        "last layer + heads fp32": {"nodes_to_exclude": last + heads},
+    }
+    work = Path(args.work)
+    batch = sample_inputs(tok, cfg, queries=[items[0][0]] * 16, passages=[items[0][1][0]] * 16)
+    print(f"{len(ref)} sentences in {len(items)} dev groups; fp32 keeps {ref.mean():.3f} of them")
+    times = {}
+    for name, kw in variants.items():
+        d = work / name.replace(", ", "_").replace(" + ", "_").replace(" ", "_")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        quantize_dynamic(
+            str(d / "model.onnx"),
+            str(d / "model.int8.onnx"),
+            weight_type=QuantType.QInt8,
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
+            **kw,
+        )
+        synthetic = int8_agreement(d, tok, cfg)["int8_agreement"]
+        backend = OnnxBackend.from_pretrained(d, device="cpu", quantized=True)
+        real = float(np.mean(decisions(ContextPruner(backend, tok, cfg)) == ref))
+        backend(batch)
+        runs = []
+        for _ in range(8):
+            t0 = time.perf_counter()
+            backend(batch)
+            runs.append(time.perf_counter() - t0)
+        times[name] = float(np.median(runs))
+        print(
+            json.dumps(
+                {
+                    "variant": name,
+                    "agreement_validation_sentences": round(synthetic, 4),
+                    "agreement_dev_sentences": round(real, 4),
+                    "time_vs_plain": round(times[name] / times["plain"], 3),
+                }
+            ),
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
