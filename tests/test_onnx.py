@@ -42,6 +42,23 @@ def test_export_writes_folder_and_validates(exported):
     assert saved["inputs"] == ["input_ids", "token_type_ids", "attention_mask"]
 
 
+def test_int8_weights_have_one_scale_per_output_channel(exported):
+    import onnx
+    from onnx import numpy_helper
+
+    _, out, report = exported
+    graph = onnx.load(str(out / "model.int8.onnx")).graph
+    weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    matmul_weights = [
+        n.input[1] for n in graph.node if n.op_type == "MatMulInteger" and n.input[1] in weights
+    ]
+    assert matmul_weights, "no int8 MatMul in the graph"
+    for name in matmul_weights:  # per-tensor quantization would give a scalar scale
+        scale = weights[name[: -len("_quantized")] + "_scale"]
+        assert scale.shape == (weights[name].shape[1],), (name, scale.shape)
+    assert report["int8_per_channel"] is True
+
+
 def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, monkeypatch):
     import inference.onnx_export as ox
 
