@@ -4,9 +4,9 @@
         [--groups 100] [--work /tmp/int8-variants]
 
 Quantizes the fp32 ``model.onnx`` of an export folder (``pruner export`` without ``--quantize``)
-several ways: one scale per tensor (``plain``), per output channel (what ``pruner export`` uses),
-``reduce_range``, per channel with the two heads left in fp32, and per tensor with the last encoder
-layer and heads left in fp32. For each it prints the keep/drop agreement with fp32 on the export's
+several ways with ``inference.onnx_export.quantize_int8``: one scale per tensor (``plain``), per
+output channel (what ``pruner export`` uses), ``reduce_range``, per channel with the two heads left
+in fp32, and per tensor with the last encoder layer and heads left in fp32. For each it prints the keep/drop agreement with fp32 on the export's
 128 validation sentences and on every sentence of the first ``--groups`` dev groups of the seeded
 permutation (the in-training evaluation slice), and the int8 time of one 16-window batch relative
 to ``plain`` (median of 8, measured in this run; absolute times are not printed).
@@ -38,12 +38,10 @@ def main() -> int:
 
     import numpy as np
     import onnx
-    from onnx import TensorProto
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoTokenizer
 
     from inference.onnx_backend import OnnxBackend
-    from inference.onnx_export import int8_agreement, sample_inputs
+    from inference.onnx_export import int8_agreement, keep_decisions, quantize_int8, sample_inputs
     from inference.pruner import ContextPruner
     from pruner_model import PrunerConfig
     from pruner_model.records import read_jsonl
@@ -57,41 +55,30 @@ def main() -> int:
         by.setdefault(group_id(r["id"]), []).append(r)
     items = [(v[0]["query"], [r["context"] for r in v]) for v in by.values()]
 
-    def decisions(pruner) -> np.ndarray:
-        return np.array(
-            [s.kept for r in pruner.prune_batch(items, dedup=False) for p in r.passages for s in p.sentences]
-        )
-
-    ref = decisions(ContextPruner(OnnxBackend.from_pretrained(src, device="cpu"), tok, cfg))
+    ref = keep_decisions(ContextPruner(OnnxBackend.from_pretrained(src, device="cpu"), tok, cfg), items)
     nodes = [n.name for n in onnx.load(str(src / "model.onnx"), load_external_data=False).graph.node]
     heads = [n for n in nodes if "_head/" in n]
     k = getattr(cfg.encoder_config, "num_hidden_layers", 1) - 1  # the last encoder layer's nodes
     last = [n for n in nodes if f"layer.{k}/" in n or n == f"Attention_{k}"]
-    variants = {
-        "plain": {},
-        "per_channel": {"per_channel": True},
-        "reduce_range": {"reduce_range": True},
-        "per_channel, heads fp32": {"per_channel": True, "nodes_to_exclude": heads},
-        "last layer + heads fp32": {"nodes_to_exclude": last + heads},
+    variants = {  # name (also the scratch folder's) -> quantize_int8 arguments
+        "plain": {"per_channel": False},
+        "per_channel": {},
+        "reduce_range": {"per_channel": False, "reduce_range": True},
+        "per_channel_heads_fp32": {"nodes_to_exclude": heads},
+        "last_layer_heads_fp32": {"per_channel": False, "nodes_to_exclude": last + heads},
     }
     work = Path(args.work)
     batch = sample_inputs(tok, cfg, queries=[items[0][0]] * 16, passages=[items[0][1][0]] * 16)
     print(f"{len(ref)} sentences in {len(items)} dev groups; fp32 keeps {ref.mean():.3f} of them")
     times = {}
     for name, kw in variants.items():
-        d = work / name.replace(", ", "_").replace(" + ", "_").replace(" ", "_")
+        d = work / name
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)
-        quantize_dynamic(
-            str(d / "model.onnx"),
-            str(d / "model.int8.onnx"),
-            weight_type=QuantType.QInt8,
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-            **kw,
-        )
+        quantize_int8(d / "model.onnx", d / "model.int8.onnx", **kw)
         synthetic = int8_agreement(d, tok, cfg)["int8_agreement"]
         backend = OnnxBackend.from_pretrained(d, device="cpu", quantized=True)
-        real = float(np.mean(decisions(ContextPruner(backend, tok, cfg)) == ref))
+        real = float(np.mean(keep_decisions(ContextPruner(backend, tok, cfg), items) == ref))
         backend(batch)
         runs = []
         for _ in range(8):
