@@ -145,6 +145,12 @@ def _annotate_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--max-retries", type=int, default=5)
+    p.add_argument(
+        "--max-connection-failures",
+        type=int,
+        default=3,
+        help="stop (resumable, exit 3) when this many groups in a row cannot connect to the endpoint",
+    )
     p.add_argument("--max-invalid", type=int, default=2, help="extra attempts after an invalid answer")
     p.add_argument(
         "--max-prompt-tokens", type=int, default=1500, help="above this estimate: one call per passage"
@@ -164,7 +170,7 @@ def annotate_main(argv: list[str] | None = None) -> int:
 
     from pruner_model.records import read_jsonl
 
-    from .llm import Annotator, AnnotatorSettings, compare_with_gold
+    from .llm import Annotator, AnnotatorSettings, EndpointDown, compare_with_gold
 
     args = _annotate_parser().parse_args(argv)
     out = Path(args.output)
@@ -187,6 +193,8 @@ def annotate_main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"{args.input}:{i}: a passage lacks a 'text' string")
         if args.limit is not None:
             groups = groups[: args.limit]
+        if args.max_connection_failures < 1:
+            raise ValueError("--max-connection-failures must be >= 1")
         settings = AnnotatorSettings(
             model=args.model,
             base_url=args.base_url,
@@ -194,6 +202,7 @@ def annotate_main(argv: list[str] | None = None) -> int:
             concurrency=args.concurrency,
             timeout=args.timeout,
             max_retries=args.max_retries,
+            max_connection_failures=args.max_connection_failures,
             max_invalid=args.max_invalid,
             max_prompt_tokens=args.max_prompt_tokens,
             max_tokens=args.max_tokens,
@@ -203,8 +212,13 @@ def annotate_main(argv: list[str] | None = None) -> int:
         )
         annotator = Annotator(settings)
         annotator.open_cache(out.with_name(out.name + ".cache.jsonl"))
-        with tqdm(total=len(groups), desc="annotating", unit="group") as bar:
-            acc = annotator.run(groups, out, out.with_name(out.name + ".rejects.jsonl"), progress=bar)
+        try:
+            with tqdm(total=len(groups), desc="annotating", unit="group") as bar:
+                acc = annotator.run(groups, out, out.with_name(out.name + ".rejects.jsonl"), progress=bar)
+        except EndpointDown as exc:
+            write_json(out.with_name(out.name + ".stats.json"), {"accounting": annotator.acc.to_dict()})
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
         summary["accounting"] = acc.to_dict()
         a = summary["accounting"]
         print(

@@ -13,6 +13,7 @@ Nothing lost, nothing paid twice:
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import threading
@@ -51,6 +52,9 @@ class AnnotatorSettings:
     structured: str = "auto"  # "json_schema" | "json_object" | "none" | "auto"
     price_prompt: float = 0.0  # per million prompt tokens
     price_completion: float = 0.0  # per million completion tokens
+    # groups in a row that fail to connect at all (connection refused or reset, not a timeout)
+    # before the run stops as "endpoint down" instead of rejecting every remaining group
+    max_connection_failures: int = 3
 
 
 @dataclass
@@ -78,7 +82,18 @@ class Accounting:
 
 
 class TransportError(RuntimeError):
-    """The endpoint kept failing after the allowed retries."""
+    """The endpoint kept failing after the allowed retries.
+
+    ``unreachable`` is set when the last failure was a failed connection (refused or reset; a
+    timeout is a slow endpoint, not a dead one)."""
+
+    def __init__(self, message: str, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+class EndpointDown(RuntimeError):
+    """Several groups in a row could not reach the endpoint: the run stops, its output resumable."""
 
 
 def estimate_tokens(messages: list[dict]) -> int:
@@ -135,6 +150,7 @@ class Annotator:
         self.cache: dict[str, str] = {}
         self._cache_fh = None
         self._lock = threading.Lock()
+        self._answers = 0  # completions the endpoint returned (cache hits excluded)
 
     # ------------------------------------------------------------------ transport
     def _retry_after(self, exc) -> float | None:
@@ -142,9 +158,12 @@ class Annotator:
         headers = getattr(resp, "headers", None) or {}
         value = headers.get("retry-after") if hasattr(headers, "get") else None
         try:
-            return min(float(value), self.s.backoff_max) if value is not None else None
-        except ValueError:
+            delay = float(value) if value is not None else None
+        except (TypeError, ValueError):
             return None
+        if delay is None or not math.isfinite(delay):
+            return None
+        return min(max(delay, 0.0), self.s.backoff_max)
 
     def _is_retryable(self, exc) -> bool:
         import openai
@@ -193,7 +212,12 @@ class Annotator:
                 if isinstance(exc, openai.BadRequestError):
                     raise TransportError(f"request rejected by the endpoint: {exc.status_code}") from None
                 if not self._is_retryable(exc) or attempt >= self.s.max_retries:
-                    raise TransportError(f"{type(exc).__name__} after {attempt} retries") from None
+                    unreachable = isinstance(exc, openai.APIConnectionError) and not isinstance(
+                        exc, openai.APITimeoutError
+                    )
+                    raise TransportError(
+                        f"{type(exc).__name__} after {attempt} retries", unreachable=unreachable
+                    ) from None
                 attempt += 1
                 self.acc.add(retries=1)
                 delay = self._retry_after(exc)
@@ -202,6 +226,8 @@ class Annotator:
                     delay *= 0.5 + random.random()  # jitter
                 self.sleep(delay)
                 continue
+            with self._lock:
+                self._answers += 1
             usage = getattr(resp, "usage", None)
             if usage is not None:
                 pt, ct = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
@@ -294,15 +320,27 @@ class Annotator:
 
     # ------------------------------------------------------------------ a whole run
     def run(self, groups: list[dict], output: Path, rejects: Path, progress=None) -> Accounting:
-        """Label ``groups`` into ``output`` (appending, resumable); failures go to ``rejects``."""
+        """Label ``groups`` into ``output`` (appending, resumable); failures go to ``rejects``.
+
+        A group counts as done only when a record of every one of its passages is in ``output``
+        (matched by ``meta.group`` and passage id, never parsed out of the record id); a partly
+        written group is redone and its partial lines removed first.
+
+        Raises:
+            EndpointDown: ``max_connection_failures`` groups in a row could not connect. What was
+                labeled stays in ``output``; the failed groups are not marked rejected, so a re-run
+                against a restarted endpoint labels each remaining group exactly once.
+        """
         output, rejects = Path(output), Path(rejects)
         output.parent.mkdir(parents=True, exist_ok=True)
         repair_jsonl(output)
         repair_jsonl(rejects)
-        done = {str(r.get("id", "")).split("/", 1)[0] for r in _read_jsonl_lenient(output)}
-        todo = [g for g in groups if str(g["id"]) not in done]
+        todo = self._drop_partial_groups(groups, output)
         self.acc.add(groups_skipped=len(groups) - len(todo))
         t0 = time.perf_counter()
+        unreachable: list[dict] = []  # groups that failed to connect since the endpoint last answered
+        answers_at_failure = 0
+        down: str | None = None
         with (
             open(output, "a", encoding="utf-8") as out_fh,
             open(rejects, "a", encoding="utf-8") as rej_fh,
@@ -312,11 +350,16 @@ class Annotator:
             it = iter(todo)
 
             def submit_next() -> bool:
-                g = next(it, None)
+                g = next(it, None) if down is None else None
                 if g is None:
                     return False
                 pending[pool.submit(self.label_group, g)] = g
                 return True
+
+            def reject(g: dict, reason: str) -> None:
+                rej_fh.write(json.dumps({"id": g["id"], "reason": reason}) + "\n")
+                rej_fh.flush()
+                self.acc.add(groups_rejected=1)
 
             for _ in range(max(1, self.s.concurrency) * 2):
                 if not submit_next():
@@ -328,17 +371,37 @@ class Annotator:
                         g = pending.pop(fut)
                         try:
                             records, _ = fut.result()
-                        except (InvalidAnswer, TransportError) as exc:
-                            rej_fh.write(json.dumps({"id": g["id"], "reason": str(exc)}) + "\n")
-                            rej_fh.flush()
-                            self.acc.add(groups_rejected=1)
+                        except TransportError as exc:
+                            if not exc.unreachable:
+                                reject(g, str(exc))
+                            else:
+                                unreachable.append(g)
+                                answers_at_failure = self._answers
+                                if down is None and len(unreachable) >= self.s.max_connection_failures:
+                                    down = str(exc)
+                                    for other in pending:
+                                        other.cancel()
+                        except InvalidAnswer as exc:
+                            reject(g, str(exc))
                         else:
+                            for r in records:
+                                r["meta"]["group"] = str(g["id"])
                             out_fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
                             out_fh.flush()
                             self.acc.add(groups_done=1)
+                            if self._answers > answers_at_failure:
+                                # the endpoint answered since: those were isolated failures (a
+                                # group answered from the cache says nothing about the endpoint)
+                                for u in unreachable:
+                                    reject(u, "could not connect to the endpoint")
+                                unreachable.clear()
                         if progress is not None:
                             progress.update(1)
                         submit_next()
+                    pending = {f: g for f, g in pending.items() if not f.cancelled()}
+                if down is None:
+                    for u in unreachable:
+                        reject(u, "could not connect to the endpoint")
             except KeyboardInterrupt:
                 for fut in pending:
                     fut.cancel()
@@ -347,7 +410,55 @@ class Annotator:
                 self.acc.add(seconds=time.perf_counter() - t0)
                 if self._cache_fh is not None:
                     self._cache_fh.flush()
+        if down is not None:
+            endpoint = self.s.base_url or os.environ.get("OPENAI_BASE_URL") or "the endpoint"
+            left = len(groups) - self.acc.groups_done - self.acc.groups_skipped - self.acc.groups_rejected
+            raise EndpointDown(
+                f"{endpoint} is unreachable ({down}; {len(unreachable)} groups in a row could not connect): "
+                f"stopped with {self.acc.groups_done} groups labeled and {left} left; restart the endpoint "
+                "and run the same command again to resume"
+            )
         return self.acc
+
+    @staticmethod
+    def _drop_partial_groups(groups: list[dict], output: Path) -> list[dict]:
+        """The groups still to label; lines of partly written groups are removed from ``output``.
+
+        A record belongs to group ``g`` when its id is ``f"{g}/{passage id}"`` for one of the
+        group's passages and its ``meta.group`` (written since records carry it) is ``g``."""
+
+        def owner(r: dict) -> tuple[str | None, str]:
+            meta = r.get("meta") if isinstance(r.get("meta"), dict) else {}
+            group = meta.get("group")
+            return (None if group is None else str(group)), str(r.get("id", ""))
+
+        written = [owner(r) for r in _read_jsonl_lenient(output)]
+        by_id: dict[str, set[str | None]] = {}
+        for group, rid in written:
+            by_id.setdefault(rid, set()).add(group)
+        todo, partial = [], set()
+        for g in groups:
+            gid = str(g["id"])
+            want = [f"{gid}/{p.get('id', i)}" for i, p in enumerate(g["passages"])]
+            have = [rid for rid in want if by_id.get(rid, set()) & {gid, None}]
+            if len(have) == len(want):
+                continue
+            todo.append(g)
+            partial.update((gid, rid) for rid in have)
+        if partial:
+            partial_ids = {rid for _, rid in partial}
+            kept = []
+            for line in output.read_text(encoding="utf-8").splitlines(keepends=True):
+                try:
+                    group, rid = owner(json.loads(line))
+                except (json.JSONDecodeError, AttributeError):
+                    group, rid = None, ""
+                if not ((group, rid) in partial or (group is None and rid in partial_ids)):
+                    kept.append(line)
+            tmp = output.with_name(output.name + ".tmp")
+            tmp.write_text("".join(kept), encoding="utf-8")
+            os.replace(tmp, output)
+        return todo
 
 
 def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict:

@@ -36,7 +36,7 @@ class PromptPassage:
     id: str  # the user's passage id
     title: str | None
     text: str
-    units: list  # pruner_model.Sentence units, numbered from 1 in the prompt
+    units: list  # pruner_model.Unit units, numbered from 1 in the prompt
 
 
 def prepare_passages(passages: list[dict]) -> list[PromptPassage]:

@@ -79,7 +79,7 @@ def bench_batching_ceiling(pruner, pairs, clients: int = 8, repeats: int = 2) ->
     """In-process upper bound of what micro-batching can gain, without HTTP: queries (5 passages
     each) scored one call at a time vs ``clients`` queries per call, as the server's queue would
     group them under ``clients`` concurrent clients."""
-    from inference.pruner import PruneRequest
+    from pruner_model.inference.pruner import PruneRequest
 
     params = pruner.selection_params()
     reqs = [PruneRequest(q, ps, params) for q, ps in groups_of(pairs)]
@@ -188,9 +188,8 @@ def main() -> int:
         ap.error(f"no checkpoint at {args.model} (config.json missing)")
 
     import torch
-
-    from inference import ContextPruner
-    from inference.onnx_export import export_onnx
+    from pruner_model.inference import ContextPruner
+    from pruner_model.inference.onnx_export import export_onnx
 
     pairs = load_pairs(args.pairs, args.data)
     onnx_dir = args.onnx

@@ -55,9 +55,12 @@ def main() -> int:
     except ValueError as exc:
         ap.error(f"--floors / --exponents: {exc}")
 
+    from pruner_model.training.data import read_records
+    from pruner_model.training.evaluation import build_dev_set, score_dev
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerModel
+    from pruner_model.groups import load_groups, slice_groups
     from pruner_model.metrics import (
         calibrate_operating_point,
         cross_validate,
@@ -65,20 +68,19 @@ def main() -> int:
         relative_groups,
         weighted_groups,
     )
-    from training.data import build_dev_set, read_records
-    from training.trainer import _dev_slice, score_dev
 
     model = PrunerModel.from_pretrained(args.model).eval()
     tok = AutoTokenizer.from_pretrained(args.model)
     mc = model.config
     records, _ = read_records([args.data], None, True, args.seed)
+    groups = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
     n_cal = args.calibration_groups
     start = n_cal if args.report_start is None else args.report_start
     slices = {"calibration": (0, n_cal), "report": (start, start + args.report_groups)}
     scored = {}
     for name, (a, b) in slices.items():
         dev = build_dev_set(
-            _dev_slice(records, args.seed, a, b), tok, mc.max_length, mc.stride, mc.max_query_length
+            slice_groups(groups, args.seed, a, b), tok, mc.max_length, mc.stride, mc.max_query_length
         )
         scored[name], _ = score_dev(model, dev, pad_id=tok.pad_token_id or 0)
     print(

@@ -38,22 +38,24 @@ def main() -> int:
 
     import numpy as np
     import onnx
+    from pruner_model.inference.onnx_backend import OnnxBackend
+    from pruner_model.inference.onnx_export import (
+        int8_agreement,
+        keep_decisions,
+        quantize_int8,
+        sample_inputs,
+    )
+    from pruner_model.inference.pruner import ContextPruner
     from transformers import AutoTokenizer
 
-    from inference.onnx_backend import OnnxBackend
-    from inference.onnx_export import int8_agreement, keep_decisions, quantize_int8, sample_inputs
-    from inference.pruner import ContextPruner
     from pruner_model import PrunerConfig
+    from pruner_model.groups import load_groups, slice_groups
     from pruner_model.records import read_jsonl
-    from training.data import group_id
-    from training.trainer import _dev_slice
 
     tok = AutoTokenizer.from_pretrained(str(src))
     cfg = PrunerConfig.from_pretrained(str(src))
-    by: dict[str, list[dict]] = {}
-    for r in _dev_slice(read_jsonl(args.data), args.seed, 0, args.groups):
-        by.setdefault(group_id(r["id"]), []).append(r)
-    items = [(v[0]["query"], [r["context"] for r in v]) for v in by.values()]
+    groups = slice_groups(load_groups(read_jsonl(args.data)), args.seed, 0, args.groups)
+    items = [(g.query, [p["text"] for p in g.passages]) for g in groups]
 
     ref = keep_decisions(ContextPruner(OnnxBackend.from_pretrained(src, device="cpu"), tok, cfg), items)
     nodes = [n.name for n in onnx.load(str(src / "model.onnx"), load_external_data=False).graph.node]

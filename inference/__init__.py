@@ -1,6 +1,18 @@
 """Inference: `ContextPruner` over interchangeable backends, typed results, selection steps."""
 
-from .pruner import ContextPruner
-from .results import PassageResult, PruneResult, PruneStats, Sentence, Span
+from .pruner import ContextPruner, PassageScores, PruneRequest, RankedPassage
+from .results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
+from .selection import SelectionParams
 
-__all__ = ["ContextPruner", "PassageResult", "PruneResult", "PruneStats", "Sentence", "Span"]
+__all__ = [
+    "ContextPruner",
+    "PassageResult",
+    "PassageScores",
+    "PruneRequest",
+    "PruneResult",
+    "PruneStats",
+    "RankedPassage",
+    "SelectionParams",
+    "SentenceResult",
+    "Span",
+]

@@ -2,7 +2,7 @@
 
 Every backend takes ``{input_name: int64 array [batch, seq]}`` and returns
 ``(token_logits [batch, seq], relevance_logits [batch])`` as float32 numpy arrays, so the
-pipeline in :mod:`inference.pruner` (windows, selection, results) is written once.
+pipeline in :mod:`pruner_model.inference.pruner` (windows, selection, results) is written once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ class TorchBackend:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[dtype]
+        if dtype not in (None, "bf16", "fp16"):
+            raise ValueError(f"dtype must be None, 'bf16' or 'fp16', got {dtype!r}")
+        self.dtype = dtype
         self.input_names = ["input_ids", "attention_mask", "token_type_ids"]
 
     @classmethod
@@ -42,16 +44,4 @@ class TorchBackend:
         return cls(PrunerModel.from_pretrained(str(path)), device=device, dtype=dtype)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        import torch
-
-        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
-        with torch.inference_mode():
-            if self.autocast_dtype is not None:
-                with torch.autocast(self.device.type, dtype=self.autocast_dtype):
-                    out = self.model(**inputs)
-            else:
-                out = self.model(**inputs)
-        return (
-            out.token_logits.float().cpu().numpy(),
-            out.relevance_logits.float().cpu().numpy(),
-        )
+        return self.model.predict(batch, dtype=self.dtype)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pruner_model.records import RecordError, atomic_open, iter_jsonl, read_text
 
+from .selection import SelectionParams, add_selection_arguments, selection_overrides
+
 
 def load_passages(path: str | Path) -> list:
     """Passages from ``.json`` (a list, or an object with "passages"), ``.jsonl`` (one
@@ -55,10 +57,7 @@ def _prune_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
     p.add_argument("--query", required=True, help="the question the context must answer")
     p.add_argument("--passages", required=True, help="passages file: .json, .jsonl or .txt")
-    p.add_argument("--threshold", type=float, default=None, help="keep threshold (default: the checkpoint's)")
-    p.add_argument("--token-budget", type=int, default=None, help="max kept tokens over all passages")
-    p.add_argument("--neighbors", type=int, default=0, help="also keep ±N sentences of the same paragraph")
-    p.add_argument("--keep-top", type=int, default=0, help="always keep the N best sentences")
+    add_selection_arguments(p)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--format", choices=["text", "json", "html"], default="text")
     p.add_argument("--output", default=None, help="write here instead of stdout")
@@ -69,26 +68,20 @@ def prune_main(argv: list[str] | None = None) -> int:
     args = _prune_parser().parse_args(argv)
     if not args.query.strip():
         raise ValueError("--query is empty")
+    overrides = selection_overrides(args)
+    SelectionParams().replace(**overrides)  # a bad setting fails before the model loads
     passages = load_passages(args.passages)
     model_dir = existing_model_dir(args.model)
     from .pruner import ContextPruner
 
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend)
-    result = pruner.prune(
-        args.query,
-        passages,
-        threshold=args.threshold,
-        token_budget=args.token_budget,
-        neighbors=args.neighbors,
-        keep_top=args.keep_top,
-    )
+    result = pruner.prune(args.query, passages, **overrides)
     if args.format == "json":
         out = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
     elif args.format == "html":
         from .html import render_html
 
-        texts = [p if isinstance(p, str) else p["text"] for p in passages]
-        out = render_html(result, texts)
+        out = render_html(result)
     else:
         s = result.stats
         out = result.text
@@ -208,11 +201,19 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="labeled records (JSONL), e.g. data/squad/dev.jsonl")
     p.add_argument("--output", required=True, help="report folder")
     p.add_argument("--target-evidence", type=float, default=0.97)
-    p.add_argument("--max-groups", type=int, default=500, help="evaluate the first N query groups")
+    p.add_argument(
+        "--max-groups",
+        type=int,
+        default=500,
+        help="evaluate N query groups of the seeded permutation training slices dev data with "
+        "(0 = every group)",
+    )
+    p.add_argument("--start", type=int, default=0, help="first group of that permutation (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="permutation seed (training's data.seed)")
     p.add_argument(
         "--baselines",
         default="all,bm25,lexical,biencoder",
-        help="comma list from all,bm25,lexical,biencoder (or 'none')",
+        help="comma list of baselines (all, bm25, lexical, biencoder) or 'none'",
     )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
@@ -230,17 +231,18 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     model_dir = existing_model_dir(args.model)
     from pruner_model.records import read_jsonl, validate_labeled, write_json
 
+    if args.max_groups < 0 or args.start < 0:
+        raise ValueError("--max-groups and --start must be >= 0")
     records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
-    known = {"all", "bm25", "lexical", "biencoder"}
+    from .evaluate import BASELINES, evaluate, plot_curves, write_markdown
+
     baselines = tuple(b for b in args.baselines.split(",") if b and b != "none")
-    if set(baselines) - known:
-        raise ValueError(
-            f"unknown baseline {sorted(set(baselines) - known)[0]!r} (choose from {sorted(known)})"
-        )
+    unknown = sorted(set(baselines) - set(BASELINES))
+    if unknown:
+        raise ValueError(f"unknown baseline {unknown[0]!r} (choose from {', '.join(BASELINES)})")
     budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
     from tqdm.auto import tqdm
 
-    from .evaluate import evaluate, plot_curves, write_markdown
     from .pruner import ContextPruner
 
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, quantized=args.quantized)
@@ -248,7 +250,9 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         pruner,
         records,
         target=args.target_evidence,
-        max_groups=args.max_groups,
+        max_groups=args.max_groups or None,
+        start=args.start,
+        seed=args.seed,
         baselines=baselines,
         budgets=budgets,
         progress_factory=lambda n, desc: tqdm(total=n, desc=desc, unit="query"),

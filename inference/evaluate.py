@@ -14,16 +14,14 @@ sentence with the bundled all-MiniLM-L6-v2 (needs torch).
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from pruner_model import segment
-from pruner_model.alignment import unit_labels
+from pruner_model.groups import LabeledGroup, load_groups, slice_groups, words
 from pruner_model.metrics import (
     ScoredGroup,
     best_compression_at,
@@ -34,7 +32,6 @@ from pruner_model.metrics import (
 )
 
 TARGETS = (0.90, 0.95, 0.97, 0.99)
-_WORD = re.compile(r"\w+", re.UNICODE)
 STOP_WORDS = frozenset(
     "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
     "these those there their they them he she his her we our you your i me my what which who whom whose when "
@@ -43,48 +40,26 @@ STOP_WORDS = frozenset(
     "each both more most other".split()
 )
 
+Scores = list[list[np.ndarray]]  # per group, per passage: one score per unit
+BASELINES: dict[str, tuple[str, Callable[..., Scores]]] = {}
 
-def words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+
+def baseline(cli_name: str, system: str):
+    """Register a baseline: ``fn(groups, progress=None) -> Scores``; ``--baselines`` offers
+    ``cli_name``, reports name it ``system``."""
+
+    def register(fn):
+        BASELINES[cli_name] = (system, fn)
+        return fn
+
+    return register
 
 
 def content_words(text: str) -> set[str]:
     return {w for w in words(text) if w not in STOP_WORDS}
 
 
-@dataclass
-class EvalGroup:
-    """One query with its passages (labeled records sharing a group id)."""
-
-    id: str
-    query: str
-    passages: list[dict]  # {id, text, relevant_spans}
-    units: list[list]  # per passage: segment() units
-    labels: list[np.ndarray]  # per passage: unit overlaps a relevant span
-    words: list[np.ndarray]  # per passage: words per unit
-
-
-def load_groups(records: list[dict], max_groups: int | None = None) -> list[EvalGroup]:
-    by: dict[str, list[dict]] = {}
-    for r in records:
-        by.setdefault(r["id"].split("/", 1)[0], []).append(r)
-    groups = []
-    for gid, recs in by.items():
-        if max_groups is not None and len(groups) >= max_groups:
-            break
-        passages, units, labels, wcount = [], [], [], []
-        for r in recs:
-            us = segment(r["context"])
-            lab = unit_labels(us, r["relevant_spans"])
-            passages.append({"id": r["id"].split("/", 1)[-1], "text": r["context"]})
-            units.append(us)
-            labels.append(lab)
-            wcount.append(np.array([len(words(r["context"][u.start : u.end])) for u in us], dtype=np.int64))
-        groups.append(EvalGroup(gid, recs[0]["query"], passages, units, labels, wcount))
-    return groups
-
-
-def _scored(g: EvalGroup, scores: list[np.ndarray], tokens: list[np.ndarray]) -> ScoredGroup:
+def _scored(g: LabeledGroup, scores: list[np.ndarray], tokens: list[np.ndarray]) -> ScoredGroup:
     return ScoredGroup(
         np.concatenate(scores) if scores else np.zeros(0),
         np.concatenate(g.labels) if g.labels else np.zeros(0, bool),
@@ -94,8 +69,8 @@ def _scored(g: EvalGroup, scores: list[np.ndarray], tokens: list[np.ndarray]) ->
 
 
 # ---------------------------------------------------------------------------- systems
-def model_scores(pruner, groups: list[EvalGroup], batch_queries: int = 16, progress=None):
-    """Unit scores and token counts from the pruner (scores only: threshold 1, no dedup)."""
+def model_scores(pruner, groups: list[LabeledGroup], batch_queries: int = 16, progress=None):
+    """Unit scores and token counts from the pruner's scoring path (no selection)."""
     out, latencies = [], []
     for b in range(0, len(groups), batch_queries):
         chunk = groups[b : b + batch_queries]
@@ -110,7 +85,18 @@ def model_scores(pruner, groups: list[EvalGroup], batch_queries: int = 16, progr
     return out, latencies
 
 
-def lexical_scores(g: EvalGroup) -> list[np.ndarray]:
+@baseline("all", "keep_all")
+def keep_all_scores(groups: list[LabeledGroup], progress=None) -> Scores:
+    """Every unit scores 1: the uncompressed context."""
+    return [[np.ones(len(u)) for u in g.units] for g in groups]
+
+
+@baseline("lexical", "lexical_overlap")
+def lexical_baseline(groups: list[LabeledGroup], progress=None) -> Scores:
+    return [lexical_scores(g) for g in groups]
+
+
+def lexical_scores(g: LabeledGroup) -> list[np.ndarray]:
     q = content_words(g.query)
     out = []
     for p, us in zip(g.passages, g.units):
@@ -146,7 +132,8 @@ class BM25:
         return s
 
 
-def bm25_scores(groups: list[EvalGroup]) -> list[list[np.ndarray]]:
+@baseline("bm25", "bm25_top_n")
+def bm25_scores(groups: list[LabeledGroup], progress=None) -> Scores:
     """Every unit of a passage gets (P - rank) / P, rank by BM25 within the group: a threshold
     then keeps the top-N passages whole."""
     bm = BM25([words(p["text"]) for g in groups for p in g.passages])
@@ -160,7 +147,8 @@ def bm25_scores(groups: list[EvalGroup]) -> list[list[np.ndarray]]:
     return out
 
 
-def biencoder_scores(groups: list[EvalGroup], batch_size: int = 64, progress=None) -> list[list[np.ndarray]]:
+@baseline("biencoder", "biencoder_cosine")
+def biencoder_scores(groups: list[LabeledGroup], progress=None, batch_size: int = 64) -> Scores:
     """Cosine similarity of mean-pooled all-MiniLM-L6-v2 embeddings, mapped to [0, 1]."""
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -202,14 +190,27 @@ def evaluate(
     records: list[dict],
     target: float = 0.97,
     max_groups: int | None = None,
-    baselines: tuple[str, ...] = ("all", "bm25", "lexical", "biencoder"),
+    baselines: tuple[str, ...] = tuple(BASELINES),
     budgets: tuple[int, ...] = (),
     progress_factory=None,
+    start: int = 0,
+    seed: int = 0,
 ) -> dict:
-    """Curves, best compression per evidence target and the recommended threshold."""
-    groups = load_groups(records, max_groups)
+    """Curves, best compression per evidence target and the recommended threshold.
+
+    Groups ``start:start + max_groups`` of the seeded permutation
+    (:func:`pruner_model.groups.slice_groups`, the slicing training calibrates and reports on);
+    all groups when ``max_groups`` is None and ``start`` is 0.
+    """
+    cfg = pruner.config
+    groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
+    if start or max_groups is not None:
+        groups = slice_groups(groups, seed, start, None if max_groups is None else start + max_groups)
     if not groups:
         raise ValueError("no groups to evaluate")
+    unknown = sorted(set(baselines) - set(BASELINES))
+    if unknown:
+        raise ValueError(f"unknown baseline {unknown[0]!r} (choose from {', '.join(BASELINES)})")
     bar = progress_factory(len(groups), "scoring (model)") if progress_factory else None
     t0 = time.perf_counter()
     scored, latencies = model_scores(pruner, groups, progress=bar)
@@ -217,25 +218,18 @@ def evaluate(
         bar.close()
     tokens = [t for _, t in scored]
     raw = [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
-    floor = getattr(pruner.config, "relative_floor", None)
+    floor = getattr(cfg, "relative_floor", None)
     # the curve the checkpoint's thresholds live on: relative scores when it has a relative floor
     systems: dict[str, list[ScoredGroup]] = {"pruner": relative_groups(raw, floor)}
     if floor is not None:
         systems["pruner_absolute"] = raw
-    if "all" in baselines:
-        systems["keep_all"] = [
-            _scored(g, [np.ones(len(u)) for u in g.units], t) for g, t in zip(groups, tokens)
-        ]
-    if "bm25" in baselines:
-        systems["bm25_top_n"] = [_scored(g, s, t) for g, s, t in zip(groups, bm25_scores(groups), tokens)]
-    if "lexical" in baselines:
-        systems["lexical_overlap"] = [_scored(g, lexical_scores(g), t) for g, t in zip(groups, tokens)]
-    if "biencoder" in baselines:
-        bar = progress_factory(len(groups), "scoring (bi-encoder)") if progress_factory else None
-        be = biencoder_scores(groups, progress=bar)
+    for name in baselines:
+        system, fn = BASELINES[name]
+        bar = progress_factory(len(groups), f"scoring ({system})") if progress_factory else None
+        scores = fn(groups, progress=bar)
         if bar is not None:
             bar.close()
-        systems["biencoder_cosine"] = [_scored(g, s, t) for g, s, t in zip(groups, be, tokens)]
+        systems[system] = [_scored(g, sc, t) for g, sc, t in zip(groups, scores, tokens)]
     report: dict = {
         "groups": len(groups),
         "passages": sum(len(g.passages) for g in groups),

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pruner_model.records import atomic_path
+from pruner_model.scoring import pad_rows, pad_value
 
 # encoder families whose attention/LayerNorm/GELU subgraphs onnxruntime's transformer optimizer
 # fuses (the "bert" fusions match BERT-like encoders exported with eager attention)
@@ -64,16 +65,8 @@ def sample_inputs(tokenizer, config, queries=None, passages=None) -> dict[str, n
     queries = queries or VALIDATION_QUERIES
     passages = passages or VALIDATION_PASSAGES
     w = encode_pairs(tokenizer, queries, passages, config.max_length, config.stride, config.max_query_length)
-    width = int(w.lengths.max())
-    batch = {}
-    for name, rows in w.features.items():
-        arr = np.full(
-            (len(rows), width), (tokenizer.pad_token_id or 0) if name == "input_ids" else 0, np.int64
-        )
-        for i, r in enumerate(rows):
-            arr[i, : len(r)] = r
-        batch[name] = arr
-    return batch
+    pad = tokenizer.pad_token_id or 0
+    return {name: pad_rows(rows, pad_value(name, pad)) for name, rows in w.features.items()}
 
 
 def fuse_graph(path: Path, encoder_config) -> dict:
@@ -173,7 +166,7 @@ def export_onnx(
         report["files"].append("model.int8.onnx")
         report["int8_per_channel"] = True
     if validate:
-        report.update(validate_export(model, tokenizer, output_dir, batch, quantize == "int8"))
+        report.update(validate_export(model, tokenizer, output_dir, quantize == "int8"))
     int8_failed = validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]
     if int8_failed:  # an int8 file that failed its check is not left where a server would load it
         (output_dir / "model.int8.onnx").unlink(missing_ok=True)
@@ -221,23 +214,26 @@ def keep_decisions(pruner, items) -> np.ndarray:
     )
 
 
-def validate_export(model, tokenizer, output_dir: Path, batch, with_int8: bool) -> dict:
-    import torch
+def validate_export(model, tokenizer, output_dir: Path, with_int8: bool) -> dict:
+    """Score the validation pairs through the one scoring path with torch and with the exported
+    graph; token probabilities and passage relevance must agree within ``FP32_TOLERANCE``."""
+    from pruner_model import segment
+    from pruner_model.alignment import unit_bounds
+    from pruner_model.scoring import score_pairs
 
     from .onnx_backend import OnnxBackend
 
-    with torch.no_grad():
-        out = model(**{k: torch.from_numpy(v) for k, v in batch.items()})
-    p_torch = torch.sigmoid(out.token_logits).numpy()
-    r_torch = torch.sigmoid(out.relevance_logits).numpy()
     ort = OnnxBackend.from_pretrained(output_dir, device="cpu")
-    tl, rl = ort(batch)
-    mask = batch["attention_mask"].astype(bool)
-    diff = float(
-        max(
-            np.abs(1 / (1 + np.exp(-tl)) - p_torch)[mask].max(), np.abs(1 / (1 + np.exp(-rl)) - r_torch).max()
-        )
-    )
+    queries = [q for q in VALIDATION_QUERIES for _ in VALIDATION_PASSAGES]
+    texts = VALIDATION_PASSAGES * len(VALIDATION_QUERIES)
+    bounds = [unit_bounds(segment(t)) for t in texts]
+    scored = [
+        score_pairs(forward, tokenizer, model.config, queries, texts, bounds, ort.input_names)
+        for forward in (model.predict, ort)
+    ]
+    token_diff = max(float(np.abs(a - b).max()) for a, b in zip(scored[0].token_probs, scored[1].token_probs))
+    rel_diff = max(abs(a.relevance - b.relevance) for a, b in zip(scored[0].pairs, scored[1].pairs))
+    diff = max(token_diff, rel_diff)
     report = {"fp32_max_abs_diff": diff, "fp32_tolerance": FP32_TOLERANCE, "fp32_ok": diff <= FP32_TOLERANCE}
     if with_int8:
         report.update(int8_agreement(output_dir, tokenizer, model.config))

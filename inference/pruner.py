@@ -6,17 +6,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
-from pruner_model import PrunerConfig, encode_pairs, segment, sentence_scores
+from pruner_model import PrunerConfig, segment
 from pruner_model.alignment import unit_bounds
 from pruner_model.metrics import relevance_weighted
-from pruner_model.segmentation import Sentence as Unit
+from pruner_model.scoring import PairScores, score_pairs
+from pruner_model.segmentation import Unit
 
 from .backends import Backend, TorchBackend
-from .results import PassageResult, PruneResult, PruneStats, Sentence, Span
+from .results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
 from .selection import SelectionParams, Units, merge_spans, select
 
 PassageInput = str | Mapping[str, str]
@@ -39,17 +40,20 @@ class _Passage:
     units: list[Unit]
 
 
-@dataclass
-class _Scored:
-    """Model output for one (query, passage) pair, gathered from all its windows."""
+class PassageScores(NamedTuple):
+    """What :meth:`ContextPruner.score` returns."""
 
-    scores: np.ndarray  # [n_units]
-    tokens: np.ndarray  # [n_units]
+    sentence_scores: list[np.ndarray]  # per passage: [n_units] scores
+    relevance: np.ndarray  # [n_passages] relevance probabilities
+    units: list[list[Unit]]  # per passage: the scored units (char offsets)
+
+
+class RankedPassage(NamedTuple):
+    """One entry of :meth:`ContextPruner.rank`."""
+
+    index: int  # position in the input passages
+    id: str
     relevance: float
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 def _is_onnx_folder(path: Path) -> bool:
@@ -118,73 +122,93 @@ class ContextPruner:
         self,
         query: str,
         passages: Sequence[PassageInput] | PassageInput,
-        threshold: float | None = None,
-        token_budget: int | None = None,
-        neighbors: int = 0,
-        keep_top: int = 0,
-        *,
-        min_relevance: float | None = None,
-        per_passage_budget: int | None = None,
-        keep_headings: bool = True,
-        dedup: bool = True,
+        params: SelectionParams | None = None,
+        **overrides,
     ) -> PruneResult:
         """Keep the sentences of ``passages`` that ``query`` needs.
 
-        ``threshold`` defaults to the checkpoint's calibrated one; ``token_budget`` caps the kept
-        tokens over all passages (best sentences first, document order restored); ``neighbors``
-        adds ±n sentences of the same paragraph around each kept one; ``keep_top`` keeps the k
-        best sentences whatever their score; ``min_relevance`` drops passages whose relevance
-        probability is lower. When the checkpoint has a ``relative_floor`` (set by calibration),
-        the threshold applies to each score divided by ``max(relative_floor, best score among
-        these passages)``; set ``pruner.config.relative_floor = None`` for absolute scores. A
-        checkpoint with a ``relevance_exponent`` e > 0 scores each sentence as its token-head score
-        times its passage's relevance probability ** e.
+        Args:
+            query: the question the kept context must answer.
+            passages: strings or ``{"id", "title", "text"}`` dicts (one passage alone is fine).
+            params: selection settings; default ``SelectionParams()`` (the checkpoint's threshold).
+            **overrides: any :class:`SelectionParams` field, e.g. ``token_budget=300``,
+                ``neighbors=1``, ``must_keep=[r"E\\d{4}"]``, ``relative_floor=None``.
+
+        Returns:
+            A :class:`PruneResult`: ``text``, per-passage ``spans``/``sentences``/``relevance``,
+            ``stats``.
+
+        Raises:
+            ValueError, TypeError: an empty query, a passage without text, a setting out of range.
+
+        >>> result = pruner.prune("Who wrote Hamlet?", ["Hamlet is a tragedy by Shakespeare. ..."],
+        ...                       token_budget=200)  # doctest: +SKIP
         """
-        return self.prune_batch(
-            [(query, passages)],
-            threshold=threshold,
-            token_budget=token_budget,
-            neighbors=neighbors,
-            keep_top=keep_top,
-            min_relevance=min_relevance,
-            per_passage_budget=per_passage_budget,
-            keep_headings=keep_headings,
-            dedup=dedup,
-        )[0]
+        return self.prune_batch([(query, passages)], params, **overrides)[0]
 
     def prune_batch(
         self,
         items: Sequence[tuple[str, Sequence[PassageInput] | PassageInput]],
-        threshold: float | None = None,
-        token_budget: int | None = None,
-        neighbors: int = 0,
-        keep_top: int = 0,
-        *,
-        min_relevance: float | None = None,
-        per_passage_budget: int | None = None,
-        keep_headings: bool = True,
-        dedup: bool = True,
+        params: SelectionParams | None = None,
+        show_progress_bar: bool = False,
+        queries_per_run: int = 64,
+        **overrides,
     ) -> list[PruneResult]:
-        """:meth:`prune` for many queries; all windows go through the encoder together."""
-        params = self.selection_params(
-            threshold=threshold,
-            token_budget=token_budget,
-            neighbors=neighbors,
-            keep_top=keep_top,
-            min_relevance=min_relevance,
-            per_passage_budget=per_passage_budget,
-            keep_headings=keep_headings,
-            dedup=dedup,
-        )
-        return self.run([PruneRequest(q, ps, params) for q, ps in items])
+        """:meth:`prune` for many ``(query, passages)`` items with the same settings; the windows
+        of ``queries_per_run`` queries at a time go through the encoder together."""
+        p = self.selection_params(params, **overrides)
+        results: list[PruneResult] = []
+        bar = None
+        if show_progress_bar:
+            from tqdm.auto import tqdm
 
-    def selection_params(self, threshold: float | None = None, **kwargs) -> SelectionParams:
-        """Selection settings, the threshold (and relative floor) defaulting to the checkpoint's
-        calibrated ones."""
-        kwargs.setdefault("relative_floor", getattr(self.config, "relative_floor", None))
-        return SelectionParams(
-            threshold=self.config.threshold if threshold is None else float(threshold), **kwargs
+            bar = tqdm(total=len(items), desc="pruning", unit="query")
+        try:
+            for b in range(0, len(items), max(1, queries_per_run)):
+                chunk = items[b : b + max(1, queries_per_run)]
+                results += self.run([PruneRequest(q, ps, p) for q, ps in chunk])
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+        return results
+
+    def selection_params(self, params: SelectionParams | None = None, **overrides) -> SelectionParams:
+        """``params`` (default ``SelectionParams()``) with ``overrides``, the threshold and relative
+        floor resolved to the checkpoint's calibrated ones where not given."""
+        p = (params or SelectionParams()).replace(**overrides) if overrides else (params or SelectionParams())
+        return p.resolve(self.config.threshold, getattr(self.config, "relative_floor", None))
+
+    def score(self, query: str, passages: Sequence[PassageInput] | PassageInput) -> PassageScores:
+        """Sentence scores and passage relevance, no selection.
+
+        Returns:
+            :class:`PassageScores`: ``sentence_scores[i]`` (numpy, one score per unit of passage
+            ``i``, as the threshold sees them before relative scaling), ``relevance`` (numpy,
+            one probability per passage) and the ``units`` they score.
+        """
+        query = self._check_query(query)
+        prepared = self._prepare_passages(passages)
+        scored, _ = self._score([query] * len(prepared), prepared)
+        return PassageScores(
+            [s.scores for s in scored], np.array([s.relevance for s in scored]), [p.units for p in prepared]
         )
+
+    def rank(
+        self, query: str, passages: Sequence[PassageInput] | PassageInput, top_k: int | None = None
+    ) -> list[RankedPassage]:
+        """Passages ordered by the relevance head, best first (a reranker in the same pass).
+
+        Args:
+            top_k: keep only the ``top_k`` best (default: all).
+        """
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+            raise ValueError(f"top_k must be a whole number >= 0, got {top_k!r}")
+        prepared = self._prepare_passages(passages)
+        rel = self.score(query, passages).relevance
+        order = np.argsort(-rel, kind="stable")[:top_k]
+        return [RankedPassage(int(i), prepared[i].id, float(rel[i])) for i in order]
 
     def run(self, requests: Sequence[PruneRequest]) -> list[PruneResult]:
         """Requests with their own selection settings, scored together through the encoder
@@ -205,16 +229,16 @@ class ContextPruner:
                 unique[key] = len(distinct)
                 distinct.append((qi, pi))
             slot.append(unique[key])
-        scored, encoder_seconds, pair_tokens = self._score(
+        scored, encoder_seconds = self._score(
             [prepared[qi][0] for qi, _ in distinct],
             [prepared[qi][1][pi] for qi, pi in distinct],
         )
         by_pair = {pair: scored[u] for pair, u in zip(pairs, slot)}
         tokens_per_query = np.zeros(len(requests))
         for (qi, _), u in zip(pairs, slot):
-            tokens_per_query[qi] += pair_tokens[u]
+            tokens_per_query[qi] += scored[u].window_tokens
         results = [
-            self._select(query, passages, qi, by_pair, requests[qi].params)
+            self._select(query, passages, qi, by_pair, self.selection_params(requests[qi].params))
             for qi, (query, passages) in enumerate(prepared)
         ]
         total = time.perf_counter() - t0
@@ -251,50 +275,23 @@ class ContextPruner:
             out.append(_Passage(pid, title, text, units))
         return out
 
-    def _score(self, queries: list[str], passages: list[_Passage]):
-        """Run every window of every pair through the backend, longest-first batches."""
-        cfg = self.config
-        windows = encode_pairs(
+    def _score(self, queries: list[str], passages: list[_Passage]) -> tuple[list[PairScores], float]:
+        """Every (query, passage) pair through the one scoring path; sentence scores weighted by
+        the passage relevance when the checkpoint has a relevance exponent."""
+        out = score_pairs(
+            self.backend,
             self.tokenizer,
+            self.config,
             queries,
             [p.text for p in passages],
-            cfg.max_length,
-            cfg.stride,
-            cfg.max_query_length,
+            [unit_bounds(p.units) for p in passages],
+            self.backend.input_names,
+            self.batch_size,
         )
-        names = [n for n in self.backend.input_names if n in windows.features]
-        pad_id = self.tokenizer.pad_token_id or 0
-        probs: list[np.ndarray] = [None] * len(windows)  # type: ignore[list-item]
-        rel = np.zeros(len(windows))
-        order = np.argsort(-windows.lengths, kind="stable")
-        encoder_seconds = 0.0
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b : b + self.batch_size]
-            width = int(windows.lengths[idx].max())
-            batch = {}
-            for name in names:
-                arr = np.full((len(idx), width), pad_id if name == "input_ids" else 0, np.int64)
-                for row, w in enumerate(idx):
-                    seq = windows.features[name][w]
-                    arr[row, : len(seq)] = seq
-                batch[name] = arr
-            t = time.perf_counter()
-            token_logits, relevance_logits = self.backend(batch)
-            encoder_seconds += time.perf_counter() - t
-            token_probs = _sigmoid(token_logits)
-            rel[idx] = _sigmoid(relevance_logits)
-            for row, w in enumerate(idx):
-                probs[w] = token_probs[row, : windows.lengths[w]]
-        scored, pair_tokens = [], []
-        for i, p in enumerate(passages):
-            ws = windows.windows_of(i)
-            starts, ends = unit_bounds(p.units)
-            s, n = sentence_scores([probs[w] for w in ws], [windows.offsets[w] for w in ws], starts, ends)
-            relevance = float(rel[ws].max()) if len(ws) else 0.0
-            s = relevance_weighted(s, relevance, cfg.relevance_exponent)
-            scored.append(_Scored(s, n, relevance))
-            pair_tokens.append(int(windows.lengths[ws].sum()))
-        return scored, encoder_seconds, pair_tokens
+        e = self.config.relevance_exponent
+        for pair in out.pairs:
+            pair.scores = relevance_weighted(pair.scores, pair.relevance, e)
+        return out.pairs, out.encoder_seconds
 
     def _select(self, query, passages, qi, by_pair, params: SelectionParams) -> PruneResult:
         scores, passage_ix, paragraph, heading, tokens, texts, starts, ends = ([] for _ in range(8))
@@ -331,7 +328,7 @@ class ContextPruner:
             sel = units.passage == pi
             spans = merge_spans(starts_a[sel], ends_a[sel], units.scores[sel], keep[sel])
             sentences = tuple(
-                Sentence(k, u.start, u.end, float(s), bool(kp), u.kind, int(t))
+                SentenceResult(k, u.start, u.end, float(s), bool(kp), u.kind, int(t))
                 for k, (u, s, kp, t) in enumerate(
                     zip(p.units, units.scores[sel], keep[sel], units.tokens[sel])
                 )
@@ -348,6 +345,7 @@ class ContextPruner:
                     sentences=sentences,
                     relevance=float(relevance[pi]),
                     original_length=len(p.text),
+                    source_text=p.text,
                 )
             )
         tokens_in = int(units.tokens.sum())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 
@@ -15,7 +15,7 @@ class Span(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Sentence:
+class SentenceResult:
     """One unit of a passage, with its score and the keep decision."""
 
     index: int
@@ -33,9 +33,10 @@ class PassageResult:
     title: str | None
     text: str  # the pruned text of this passage ("" when nothing is kept)
     spans: tuple[Span, ...]
-    sentences: tuple[Sentence, ...]
+    sentences: tuple[SentenceResult, ...]
     relevance: float  # passage relevance probability (max over windows)
     original_length: int  # characters in the original passage
+    source_text: str = field(default="", repr=False, compare=False)  # the input text (not in to_dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,5 +63,12 @@ class PruneResult:
         """JSON-ready nested dict (spans as ``[start, end, score]`` lists)."""
         out = asdict(self)
         for p in out["passages"]:
+            p.pop("source_text")
             p["spans"] = [list(s) for s in p["spans"]]
         return out
+
+    def _repr_html_(self) -> str:
+        """Kept sentences highlighted, scores on hover (what a notebook shows for a result)."""
+        from .html import render_fragment
+
+        return render_fragment(self)

@@ -7,8 +7,12 @@ the pruner applies them.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
 
 import numpy as np
 
@@ -58,6 +62,7 @@ def expand_neighbors(units: Units, keep: np.ndarray, n: int) -> np.ndarray:
     """Also keep up to ``n`` units on each side of a kept unit, inside the same paragraph."""
     if n <= 0 or not len(units):
         return keep
+    n = min(n, len(units))  # farther than the whole query's units changes nothing
     group = units.passage.astype(np.int64) * (1 << 32) + units.paragraph
     out = keep.copy()
     for d in range(1, n + 1):
@@ -100,18 +105,23 @@ def drop_duplicates(units: Units, keep: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def pack_budget(
-    units: Units, keep: np.ndarray, budget: int | None, per_passage: int | None = None
+    units: Units,
+    keep: np.ndarray,
+    budget: int | None,
+    per_passage: int | None = None,
+    priority: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Greedy packing: kept units by descending score while they fit ``budget`` tokens in all
-    and ``per_passage`` tokens in each passage. Units that do not fit are skipped, smaller
-    ones after them may still fit. Document order is untouched (it is a mask)."""
+    """Greedy packing: kept units by descending score (``priority`` units first) while they fit
+    ``budget`` tokens in all and ``per_passage`` tokens in each passage. Units that do not fit
+    are skipped, smaller ones after them may still fit. Document order is untouched (a mask)."""
     if budget is None and per_passage is None:
         return keep
     out = np.zeros_like(keep)
     total = 0
     used: dict[int, int] = {}
     idx = np.flatnonzero(keep)
-    for i in idx[np.argsort(-units.scores[idx], kind="stable")]:
+    first = np.zeros(len(idx)) if priority is None else -priority[idx].astype(np.float64)
+    for i in idx[np.lexsort((-units.scores[idx], first))]:
         t = int(units.tokens[i])
         p = int(units.passage[i])
         if budget is not None and total + t > budget:
@@ -124,37 +134,138 @@ def pack_budget(
     return out
 
 
+CHECKPOINT = "checkpoint"  # a knob's value that means "the checkpoint's calibrated setting"
+
+
+def _knob(default, help: str, ge: float | None = None, le: float | None = None):
+    """A selection setting: its default, one line of help (CLI ``--help``, server schema, docs)
+    and its bounds. The CLI flags and the HTTP request body are derived from these fields."""
+    return field(default=default, metadata={"help": help, "ge": ge, "le": le})
+
+
+MAX_MUST_KEEP = 16  # patterns per request
+MAX_PATTERN_CHARS = 200
+
+
 @dataclass(frozen=True)
 class SelectionParams:
-    threshold: float
-    relative_floor: float | None = None  # see pruner_model.metrics.relative_scores
-    token_budget: int | None = None
-    per_passage_budget: int | None = None
-    neighbors: int = 0
-    keep_top: int = 0
-    min_relevance: float | None = None
-    keep_headings: bool = True
-    dedup: bool = True
+    """Every knob of sentence selection, defined once.
+
+    ``ContextPruner.prune(query, passages, params=None, **overrides)`` takes them as keyword
+    overrides, ``pruner prune`` as flags (``--token-budget``, ``--no-dedup``, ``--must-keep`` ...)
+    and ``POST /v1/prune`` as body fields of the same names. Steps run in :func:`select`'s order.
+    """
+
+    threshold: float | None = _knob(
+        None, "keep units scoring at least this (default: the checkpoint's calibrated threshold)", 0.0, 1.0
+    )
+    relative_floor: float | str | None = _knob(
+        CHECKPOINT,
+        "divide scores by max(floor, the query's best score) before the threshold; 'none': absolute "
+        "scores (default: the checkpoint's)",
+        0.0,
+        1.0,
+    )
+    token_budget: int | None = _knob(None, "at most this many kept tokens over all passages", 0)
+    per_passage_budget: int | None = _knob(None, "at most this many kept tokens in each passage", 0)
+    neighbors: int = _knob(0, "also keep up to N units on each side of a kept one, same paragraph", 0, 64)
+    keep_top: int = _knob(0, "always keep the N best-scored units", 0)
+    min_relevance: float | None = _knob(None, "drop passages whose relevance probability is lower", 0.0, 1.0)
+    must_keep: tuple[str, ...] = _knob(
+        (), "regular expressions: a unit matching one is kept (ids, numbers, error codes)"
+    )
+    keep_headings: bool = _knob(True, "a kept unit keeps the heading of its section")
+    dedup: bool = _knob(True, "drop kept units whose text was already kept")
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
-        check_relative_floor(self.relative_floor)
-        for name in ("token_budget", "per_passage_budget"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise ValueError(f"{name} must be >= 0, got {v}")
-        if self.neighbors < 0 or self.keep_top < 0:
-            raise ValueError("neighbors and keep_top must be >= 0")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "relative_floor" and value == CHECKPOINT):
+                continue
+            _check_knob(f, value)
+        if self.relative_floor not in (None, CHECKPOINT):
+            check_relative_floor(self.relative_floor)
+        if isinstance(self.must_keep, str) or not isinstance(self.must_keep, tuple | list):
+            raise ValueError("must_keep must be a list of regular expressions")
+        object.__setattr__(self, "must_keep", tuple(self.must_keep))
+        if len(self.must_keep) > MAX_MUST_KEEP:
+            raise ValueError(f"must_keep takes at most {MAX_MUST_KEEP} patterns, got {len(self.must_keep)}")
+        for pattern in self.must_keep:
+            _compile(pattern)
+
+    def replace(self, **overrides) -> SelectionParams:
+        """A copy with ``overrides`` (unknown names are a one-line error)."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise TypeError(f"unknown selection setting {unknown[0]!r}; known: {', '.join(sorted(names))}")
+        return dataclasses.replace(self, **overrides)
+
+    def resolve(self, threshold: float, relative_floor: float | None) -> SelectionParams:
+        """The settings with the checkpoint's defaults filled in."""
+        return dataclasses.replace(
+            self,
+            threshold=threshold if self.threshold is None else self.threshold,
+            relative_floor=relative_floor if self.relative_floor == CHECKPOINT else self.relative_floor,
+        )
+
+
+def _check_knob(f, value) -> None:
+    name, lo, hi, kind = f.name, f.metadata["ge"], f.metadata["le"], _field_kind(f)
+    if kind == "bool":
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return
+    if kind == "patterns":
+        return
+    integer = kind == "int"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if integer and value != int(value):
+        raise ValueError(f"{name} must be a whole number, got {value}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be {bounds}, got {value}")
+
+
+@lru_cache(maxsize=256)
+def _compile(pattern: str) -> re.Pattern:
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"must_keep patterns must be non-empty strings, got {pattern!r}")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"must_keep pattern over {MAX_PATTERN_CHARS} characters")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"must_keep pattern {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+def must_keep(units: Units, keep: np.ndarray, patterns: tuple[str, ...]) -> np.ndarray:
+    """Units whose text matches one of ``patterns`` (``re.search``) are kept."""
+    if not patterns or not len(units):
+        return keep
+    compiled = [_compile(p) for p in patterns]
+    hits = np.array([any(c.search(t) for c in compiled) for t in units.texts], dtype=bool)
+    return keep | hits
 
 
 def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
-    """Threshold → passage gate → keep_top → neighbours → headings → dedup → budget.
+    """Threshold → passage gate → must_keep → keep_top → neighbours → headings → dedup → budget.
 
-    Returns the keep mask and the number of duplicate units removed.
+    ``params`` needs a threshold (``ContextPruner`` fills in the checkpoint's); a relative floor
+    left at ``"checkpoint"`` means absolute scores here, where there is no checkpoint. Returns the
+    keep mask and the number of duplicate units removed. Budget packing takes ``must_keep`` units
+    first, then the others by score.
     """
-    keep = apply_threshold(units, params.threshold, params.relative_floor)
+    if params.threshold is None:
+        raise ValueError("select() needs a threshold (ContextPruner fills in the checkpoint's)")
+    floor = None if params.relative_floor == CHECKPOINT else params.relative_floor
+    keep = apply_threshold(units, params.threshold, floor)
     keep = gate_passages(units, keep, params.min_relevance)
+    forced = must_keep(units, np.zeros(len(units), dtype=bool), params.must_keep)
+    keep = keep | forced
     keep = keep_top(units, keep, params.keep_top)
     keep = expand_neighbors(units, keep, params.neighbors)
     if params.keep_headings:
@@ -162,7 +273,7 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
     removed = 0
     if params.dedup:
         keep, removed = drop_duplicates(units, keep)
-    keep = pack_budget(units, keep, params.token_budget, params.per_passage_budget)
+    keep = pack_budget(units, keep, params.token_budget, params.per_passage_budget, priority=forced)
     return keep, removed
 
 
@@ -176,3 +287,69 @@ def merge_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, keep: 
     for run in np.split(idx, breaks):
         spans.append((int(starts[run[0]]), int(ends[run[-1]]), float(scores[run].max())))
     return spans
+
+
+# ---------------------------------------------------------------------------- derived interfaces
+def _field_kind(f) -> str:
+    """bool | patterns | floor | int | float, from the field's annotation."""
+    typ = str(f.type)
+    if typ == "bool":
+        return "bool"
+    if typ.startswith("tuple[str"):
+        return "patterns"
+    if "str" in typ:
+        return "floor"
+    return "int" if typ.startswith("int") else "float"
+
+
+def _parse_floor(text: str) -> float | str | None:
+    if text.lower() == "none":
+        return None
+    if text.lower() == CHECKPOINT:
+        return CHECKPOINT
+    return float(text)
+
+
+def add_selection_arguments(parser) -> None:
+    """One ``--flag`` per :class:`SelectionParams` field (``--no-X`` for the boolean ones)."""
+    import argparse
+
+    group = parser.add_argument_group("selection (SelectionParams)")
+    for f in fields(SelectionParams):
+        flag = "--" + f.name.replace("_", "-")
+        help = f.metadata["help"]
+        kind = _field_kind(f)
+        if kind == "bool":
+            group.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help
+            )
+        elif kind == "patterns":
+            group.add_argument(flag, dest=f.name, action="append", default=None, metavar="REGEX", help=help)
+        else:
+            conv = {"int": int, "float": float, "floor": _parse_floor}[kind]
+            group.add_argument(flag, dest=f.name, type=conv, default=None, help=help)
+
+
+def selection_overrides(args) -> dict:
+    """The :class:`SelectionParams` fields set on the command line (see
+    :func:`add_selection_arguments`)."""
+    return {
+        f.name: getattr(args, f.name) for f in fields(SelectionParams) if getattr(args, f.name) is not None
+    }
+
+
+def selection_body_fields() -> dict:
+    """Pydantic field definitions of every :class:`SelectionParams` field, for the HTTP request
+    body (``create_model(..., **selection_body_fields())``): absent means the default."""
+    from pydantic import Field
+
+    types = {"bool": bool, "patterns": list[str], "int": int, "float": float, "floor": float | str}
+    out = {}
+    for f in fields(SelectionParams):
+        kind = _field_kind(f)
+        typ = types[kind]
+        if f.default is None or kind == "floor":
+            typ = typ | None
+        default = list(f.default) if kind == "patterns" else f.default
+        out[f.name] = (typ, Field(default=default, description=f.metadata["help"]))
+    return out

@@ -14,9 +14,10 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .pruner import ContextPruner, PruneRequest
+from .selection import SelectionParams, selection_body_fields
 
 
 @dataclass(frozen=True)
@@ -35,18 +36,14 @@ class Passage(BaseModel):
     text: str
 
 
-class PruneBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1)
-    passages: list[str | Passage] = Field(min_length=1)
-    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    token_budget: int | None = Field(default=None, ge=0)
-    neighbors: int = Field(default=0, ge=0, le=10)
-    keep_top: int = Field(default=0, ge=0)
-    min_relevance: float | None = Field(default=None, ge=0.0, le=1.0)
-    per_passage_budget: int | None = Field(default=None, ge=0)
-    keep_headings: bool = True
-    dedup: bool = True
+# the request body: the query, its passages and every SelectionParams field (defined once there)
+PruneBody = create_model(
+    "PruneBody",
+    __config__=ConfigDict(extra="forbid"),
+    query=(str, Field(min_length=1)),
+    passages=(list[str | Passage], Field(min_length=1)),
+    **selection_body_fields(),
+)
 
 
 class BatchBody(BaseModel):
@@ -208,18 +205,12 @@ def create_app(
             if len(text) > limits.max_passage_chars:
                 raise HTTPException(422, f"passage {i} over {limits.max_passage_chars} characters")
             passages.append(p if isinstance(p, str) else p.model_dump(exclude_none=True))
+        settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
+        if "must_keep" in settings:
+            settings["must_keep"] = tuple(settings["must_keep"])
         try:
-            params = pruner.selection_params(
-                threshold=body.threshold,
-                token_budget=body.token_budget,
-                neighbors=body.neighbors,
-                keep_top=body.keep_top,
-                min_relevance=body.min_relevance,
-                per_passage_budget=body.per_passage_budget,
-                keep_headings=body.keep_headings,
-                dedup=body.dedup,
-            )
-        except ValueError as exc:
+            params = pruner.selection_params(SelectionParams(), **settings)
+        except (ValueError, TypeError) as exc:
             raise HTTPException(422, str(exc)) from None
         return PruneRequest(body.query, passages, params)
 

@@ -1,34 +1,81 @@
-"""Provence-style neural span pruner: model, segmentation and alignment shared by all parts.
+"""Provence-style neural span pruner: cut retrieved passages to the sentences a query needs.
 
-Segmentation, alignment and the config need no torch, so a torch-free ONNX serving install can
-import this package; the model classes are loaded (and registered with ``AutoModel``) only when
-torch is installed.
+The one import root of the package::
+
+    from pruner_model import ContextPruner, PruneResult, PrunerConfig, PrunerModel
+
+The core (config, model, segmentation, alignment, scoring, metrics) sits in this package's own
+modules; the parts are installed inside it: :mod:`pruner_model.annotation`,
+:mod:`pruner_model.training`, :mod:`pruner_model.inference`, and the framework adapters in
+:mod:`pruner_model.integrations`. Names that need torch (``PrunerModel``) or the inference part
+(``ContextPruner``, result types) load on first use, so a torch-free ONNX serving install can
+import this package.
 """
 
+from __future__ import annotations
+
+import importlib
 import importlib.util
+from typing import TYPE_CHECKING
 
 from transformers import AutoConfig
 
 from .alignment import IGNORE_INDEX, Windows, encode_pairs, sentence_scores, span_labels
 from .configuration import PrunerConfig
-from .segmentation import Sentence, segment
+from .segmentation import Unit, segment
 
 AutoConfig.register(PrunerConfig.model_type, PrunerConfig, exist_ok=True)
-
-if importlib.util.find_spec("torch") is not None:
-    from transformers import AutoModel
-
-    from .modeling import PrunerModel, PrunerOutput, default_backbone_path
-
-    AutoModel.register(PrunerConfig, PrunerModel, exist_ok=True)
+if importlib.util.find_spec("torch") is not None:  # registers PrunerModel with AutoModel
+    from .modeling import PrunerModel, PrunerOutput, default_backbone_path  # noqa: F401
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "PrunerModel": "pruner_model.modeling",
+    "PrunerOutput": "pruner_model.modeling",
+    "default_backbone_path": "pruner_model.modeling",
+    "ContextPruner": "pruner_model.inference.pruner",
+    "PruneResult": "pruner_model.inference.results",
+    "PassageResult": "pruner_model.inference.results",
+    "SentenceResult": "pruner_model.inference.results",
+    "PruneStats": "pruner_model.inference.results",
+    "Span": "pruner_model.inference.results",
+    "SelectionParams": "pruner_model.inference.selection",
+}
+
+if TYPE_CHECKING:
+    from .inference.pruner import ContextPruner
+    from .inference.results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
+    from .inference.selection import SelectionParams
+    from .modeling import PrunerModel, PrunerOutput, default_backbone_path
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pruner_model' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
 __all__ = [
     "IGNORE_INDEX",
+    "ContextPruner",
+    "PassageResult",
+    "PruneResult",
+    "PruneStats",
     "PrunerConfig",
     "PrunerModel",
     "PrunerOutput",
-    "Sentence",
+    "SelectionParams",
+    "SentenceResult",
+    "Span",
+    "Unit",
     "Windows",
     "default_backbone_path",
     "encode_pairs",

@@ -11,13 +11,17 @@ import os
 import sys
 
 COMMANDS = {
-    "data": ("annotation.cli", "data_main", "build labeled records from QA data sets"),
-    "annotate": ("annotation.cli", "annotate_main", "label (query, passages) groups with an LLM"),
-    "train": ("training.cli", "train_main", "fine-tune a pruner from a YAML config"),
-    "evaluate": ("inference.cli", "evaluate_main", "measure compression vs evidence kept"),
-    "prune": ("inference.cli", "prune_main", "prune passages for a query"),
-    "export": ("inference.cli", "export_main", "export a checkpoint to ONNX"),
-    "serve": ("inference.cli", "serve_main", "serve a pruner over HTTP"),
+    "data": ("pruner_model.annotation.cli", "data_main", "build labeled records from QA data sets"),
+    "annotate": (
+        "pruner_model.annotation.cli",
+        "annotate_main",
+        "label (query, passages) groups with an LLM",
+    ),
+    "train": ("pruner_model.training.cli", "train_main", "fine-tune a pruner from a YAML config"),
+    "evaluate": ("pruner_model.inference.cli", "evaluate_main", "measure compression vs evidence kept"),
+    "prune": ("pruner_model.inference.cli", "prune_main", "prune passages for a query"),
+    "export": ("pruner_model.inference.cli", "export_main", "export a checkpoint to ONNX"),
+    "serve": ("pruner_model.inference.cli", "serve_main", "serve a pruner over HTTP"),
 }
 
 

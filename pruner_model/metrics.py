@@ -21,7 +21,7 @@ class ScoredGroup:
     scores: np.ndarray  # [n] sentence scores
     labels: np.ndarray  # [n] bool, unit overlaps a relevant span
     tokens: np.ndarray  # [n] tokens per unit
-    words: np.ndarray | None = None  # [n] whitespace words per unit (model-independent compression)
+    words: np.ndarray | None = None  # [n] words per unit (pruner_model.groups.words; model-independent)
     relevance: np.ndarray | None = None  # [n] relevance probability of each unit's passage
 
     @property

@@ -97,6 +97,27 @@ class PrunerModel(PreTrainedModel):
             )
         return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
 
+    def predict(self, batch: dict, dtype: str | None = None) -> tuple:
+        """Logits of a padded numpy batch, as numpy: the torch *forward* of
+        :func:`pruner_model.scoring.score_windows`.
+
+        Args:
+            batch: ``{input_name: int64 array [batch, seq]}``.
+            dtype: ``"bf16"`` or ``"fp16"`` runs under autocast; ``None`` in the weights' dtype.
+
+        Returns:
+            ``(token_logits [batch, seq], relevance_logits [batch])`` as float32 numpy arrays.
+        """
+        autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[dtype]
+        device = next(self.parameters()).device
+        inputs = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+        with (
+            torch.inference_mode(),
+            torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
+        ):
+            out = self(**inputs)
+        return out.token_logits.float().cpu().numpy(), out.relevance_logits.float().cpu().numpy()
+
     def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Mean hidden state of the query tokens (after the first token, before the first separator),
         L2-normalized: [batch, 1, hidden]. Written with cumsum so it exports to ONNX."""
@@ -229,3 +250,6 @@ def _build_encoder(config: PrunerConfig):
         return AutoModel.from_config(config.encoder_config, add_pooling_layer=False)
     except TypeError:
         return AutoModel.from_config(config.encoder_config)
+
+
+AutoModel.register(PrunerConfig, PrunerModel, exist_ok=True)

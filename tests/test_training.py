@@ -4,13 +4,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
-
-from pruner_model import IGNORE_INDEX, PrunerModel
-from pruner_model.cli import main
-from training.config import ConfigError, load_config
-from training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
-from training.metrics import (
+from pruner_model.training.config import ConfigError, load_config
+from pruner_model.training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
+from pruner_model.training.metrics import (
     ScoredGroup,
     calibrate_operating_point,
     calibrate_threshold,
@@ -19,7 +15,11 @@ from training.metrics import (
     relative_groups,
     roc_auc,
 )
-from training.trainer import train
+from pruner_model.training.trainer import train
+from safetensors.torch import load_file
+
+from pruner_model import IGNORE_INDEX, PrunerModel
+from pruner_model.cli import main
 
 SENTS = [
     "Paris is the capital of France.",
@@ -95,7 +95,7 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert loaded.config.relative_floor == saved["calibration"]["relative_floor"]
     assert loaded.config.relevance_exponent == saved["calibration"]["relevance_exponent"]
     assert {r["relevance_exponent"] for r in saved["calibration"]["candidates"]} == {0.0, 1.0}
-    from inference import ContextPruner
+    from pruner_model.inference import ContextPruner
 
     r = ContextPruner.from_pretrained(out).prune("question 1?", [SENTS[0] + " " + SENTS[1]])
     assert r.stats.sentences_in == 2

@@ -17,14 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pruner_model import IGNORE_INDEX, Windows, encode_pairs, segment, span_labels
-from pruner_model.alignment import token_to_sentence, unit_bounds, unit_labels
+from pruner_model import IGNORE_INDEX, encode_pairs, segment, span_labels
+from pruner_model.alignment import token_to_sentence, unit_bounds
+from pruner_model.groups import group_of
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
-
-
-def group_id(record_id: str) -> str:
-    """Query-group id of a labeled record (``"q17/d3#2"`` → ``"q17"``)."""
-    return record_id.split("/", 1)[0]
+from pruner_model.scoring import pad_rows, pad_value
 
 
 @dataclass
@@ -78,16 +75,18 @@ def read_records(
                     report.duplicates_removed += 1
                     continue
                 seen.add(key)
-            records.append({k: rec[k] for k in ("id", "query", "context", "relevant_spans")})
+            record = {k: rec[k] for k in ("id", "query", "context", "relevant_spans")}
+            record["meta"] = {"group": group_of(rec)}
+            records.append(record)
     if max_groups is not None:
-        gids = sorted({group_id(r["id"]) for r in records})
+        gids = sorted({group_of(r) for r in records})
         random.Random(seed).shuffle(gids)
         keep = set(gids[:max_groups])
-        records = [r for r in records if group_id(r["id"]) in keep]
+        records = [r for r in records if group_of(r) in keep]
     report.records = len(records)
     report.positives = sum(1 for r in records if r["relevant_spans"])
     report.negatives = report.records - report.positives
-    report.groups = len({group_id(r["id"]) for r in records})
+    report.groups = len({group_of(r) for r in records})
     return records, report
 
 
@@ -107,9 +106,13 @@ def tokenize_records(
 
     gids: dict[str, int] = {}
     for r in records:
-        gids.setdefault(group_id(r["id"]), len(gids))
+        gids.setdefault(group_of(r), len(gids))
     ds = Dataset.from_list(
-        [{**r, "record": i, "group": gids[group_id(r["id"])]} for i, r in enumerate(records)]
+        [
+            {"query": r["query"], "context": r["context"], "relevant_spans": r["relevant_spans"]}
+            | {"record": i, "group": gids[group_of(r)]}
+            for i, r in enumerate(records)
+        ]
     )
 
     def encode(batch):
@@ -245,48 +248,9 @@ class Collator:
         for name in [*self.input_names, "labels", "sentence_ids"]:
             if name not in rows[0]:
                 continue
-            fill = {"input_ids": self.pad, "labels": IGNORE_INDEX, "sentence_ids": -1}.get(name, 0)
-            arr = np.full((len(rows), width), fill, dtype=np.int64)
-            for i, r in enumerate(rows):
-                arr[i, : len(r[name])] = r[name]
-            out[name] = torch.from_numpy(arr)
+            fill = {"labels": IGNORE_INDEX, "sentence_ids": -1}.get(name, pad_value(name, self.pad))
+            out[name] = torch.from_numpy(pad_rows([r[name] for r in rows], fill, width))
         out["relevance_labels"] = torch.tensor([r["relevance"] for r in rows], dtype=torch.float32)
         if self.groups:
             out["groups"] = torch.tensor([r["group"] for r in rows], dtype=torch.int64)
         return out
-
-
-@dataclass
-class DevSet:
-    """Dev records tokenized into windows, with their units, unit labels and query groups."""
-
-    records: list[dict]
-    windows: Windows
-    token_labels: list[np.ndarray]  # per window
-    units: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # starts, ends, labels, words
-    groups: dict[str, list[int]]  # group id -> record indices
-
-
-def build_dev_set(
-    records: list[dict], tokenizer, max_length: int, stride: int, max_query_length: int
-) -> DevSet:
-    w = encode_pairs(
-        tokenizer,
-        [r["query"] for r in records],
-        [r["context"] for r in records],
-        max_length,
-        stride,
-        max_query_length,
-    )
-    token_labels = [span_labels(off, records[p]["relevant_spans"]) for off, p in zip(w.offsets, w.pair_index)]
-    units = []
-    for r in records:
-        us = segment(r["context"])
-        starts, ends = unit_bounds(us)
-        labels = unit_labels(us, r["relevant_spans"])
-        words = np.array([len(r["context"][u.start : u.end].split()) for u in us], dtype=np.int64)
-        units.append((starts, ends, labels, words))
-    groups: dict[str, list[int]] = {}
-    for i, r in enumerate(records):
-        groups.setdefault(group_id(r["id"]), []).append(i)
-    return DevSet(records, w, token_labels, units, groups)

@@ -1,0 +1,100 @@
+"""The model card (``README.md`` with YAML metadata) written into every published checkpoint,
+so the folder can go to a model hub as it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+
+def _fmt(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def write_model_card(output: Path, cfg, config, metrics: dict) -> Path:
+    """Write ``output/README.md``: base model, data, metrics at the calibrated threshold, intended
+    use and limits. Returns its path."""
+    base = cfg.model.init_from or cfg.model.backbone or "sentence-transformers/all-MiniLM-L6-v2"
+    dev = metrics.get("dev", {})
+    target = cfg.calibration.target_evidence
+    meta = {
+        "license": "apache-2.0",
+        "library_name": "pruner-model",
+        "base_model": base,
+        "pipeline_tag": "token-classification",
+        "tags": ["rag", "context-pruning", "provence", "pruner-model"],
+        "datasets": [str(f) for f in cfg.data.train],
+        "model-index": [
+            {
+                "name": output.name,
+                "results": [
+                    {
+                        "task": {"type": "context-pruning", "name": "RAG context pruning"},
+                        "dataset": {"name": ", ".join(map(str, cfg.data.dev)), "type": "labeled-records"},
+                        "metrics": [
+                            {"type": k, "value": float(dev[k])}
+                            for k in ("evidence_preserved", "compression", "f1", "token_auc")
+                            if k in dev
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    floor = getattr(config, "relative_floor", None)
+    rows = "\n".join(
+        f"| {k} | {_fmt(dev[k])} |"
+        for k in (
+            "evidence_preserved",
+            "compression",
+            "word_compression",
+            "precision",
+            "recall",
+            "f1",
+            "token_auc",
+        )
+        if k in dev
+    )
+    body = f"""# {output.name}: a context pruner
+
+A Provence-style span pruner trained with [pruner-model](https://pypi.org/project/pruner-model/):
+it reads `query [SEP] passage`, scores every passage token, and keeps the sentences a query needs,
+so a RAG generator reads fewer tokens.
+
+```python
+from pruner_model import ContextPruner
+
+pruner = ContextPruner.from_pretrained("{output.name}")
+result = pruner.prune("your question", ["passage one ...", "passage two ..."])
+print(result.text, result.stats.compression)
+```
+
+## Training
+
+- base encoder: `{base}`
+- training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans)
+- max length {config.max_length} tokens, stride {config.stride}; sentence ranking loss weight
+  {cfg.model.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`
+
+## Operating point
+
+Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their evidence
+(relative floor {floor}, relevance exponent {getattr(config, "relevance_exponent", 0.0)}), measured on
+dev groups that were not used to calibrate it:
+
+| metric | value |
+|---|---|
+{rows or "| (no report slice) | |"}
+
+## Intended use and limits
+
+For pruning retrieved passages before generation, in English, on text like the training data.
+A threshold calibrated on one domain keeps fewer answers on another: re-calibrate on labeled data
+from your own corpus (`pruner evaluate`) before relying on the promised evidence rate. Passages are
+cut into sentences by NLTK punkt; answers spread over many sentences or tables need `neighbors`
+or a token budget.
+"""
+    path = Path(output) / "README.md"
+    path.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n\n" + body, encoding="utf-8")
+    return path
