@@ -35,6 +35,13 @@ def _data_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hard-distractors", type=int, default=2, help="distractors from the gold paragraph's article"
     )
+    p.add_argument(
+        "--mined-distractors",
+        type=int,
+        default=0,
+        help="train groups: this many distractors are the TF-IDF-nearest paragraphs of other articles "
+        "(retriever-style) instead of random ones; dev groups are left as they are",
+    )
     p.add_argument("--no-gold-share", type=float, default=0.1, help="share of groups with no gold paragraph")
     p.add_argument(
         "--train-answers",
@@ -58,6 +65,8 @@ def data_main(argv: list[str] | None = None) -> int:
         raise ValueError("--no-gold-share must be in [0, 1]")
     if args.passages_per_group < 1:
         raise ValueError("--passages-per-group must be >= 1")
+    if args.mined_distractors < 0:
+        raise ValueError("--mined-distractors must be >= 0")
     out = Path(args.output)
     jobs: list[tuple[str, list[tuple[str, Path]], int | None]] = []
     all_answers = {"train": args.train_answers == "all"}
@@ -95,6 +104,7 @@ def data_main(argv: list[str] | None = None) -> int:
                 args.seed,
                 None,
                 all_answers=all_answers.get(name, False),
+                mined_distractors=args.mined_distractors if name == "train" else 0,
             )
             records += r
             groups += g

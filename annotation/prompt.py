@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pruner_model import segment
 
-PROMPT_VERSION = "v1"
+PROMPT_VERSION = "v2"  # v2: line breaks inside passages, titles and the query become spaces
 
 SYSTEM = (
     "You label evidence for a question-answering system. You receive a QUESTION and numbered "
@@ -62,8 +62,13 @@ def request_key(model: str, query: str, passages: list[PromptPassage]) -> str:
     return h.hexdigest()
 
 
+_LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+
+
 def _clean(text: str) -> str:
-    return text.replace("\r", " ")
+    """One line: every line break becomes a space, so untrusted text cannot start a prompt line
+    of its own (a forged ``[2] ...`` sentence or fence marker)."""
+    return _LINE_BREAKS.sub(" ", text)
 
 
 def build_messages(query: str, passages: list[PromptPassage], nonce: str) -> list[dict]:

@@ -146,6 +146,7 @@ def build_groups(
     seed: int = 0,
     max_questions: int | None = None,
     all_answers: bool = False,
+    mined_distractors: int = 0,
 ) -> tuple[list[dict], list[dict]]:
     """(labeled records, raw groups) for the questions, as described in the module docstring.
 
@@ -154,6 +155,9 @@ def build_groups(
     SQuAD questions have an alternative answer in another sentence: training labels take them
     all (a sentence holding a valid answer labeled irrelevant teaches the model to drop answers),
     while dev labels keep the reference answer (evidence preserved = its sentence is kept).
+
+    ``mined_distractors`` of the easy distractors are replaced by the paragraphs of other
+    articles nearest to the gold one by TF-IDF (what a retriever hands a pruner).
     """
     rng = random.Random(seed)
     by_article: dict[int, list[int]] = {}
@@ -166,12 +170,23 @@ def build_groups(
     seg_cache: dict[tuple, list[list[int]]] = {}
     records, groups = [], []
     n = len(paragraphs)
+    index = articles = None
+    if mined_distractors > 0:
+        import numpy as np
+
+        from pruner_model.retrieval import TfidfIndex
+
+        index = TfidfIndex([p.context for p in paragraphs])
+        articles = np.array([p.article for p in paragraphs])
     for q in qs:
         gold = q.paragraph
         article = paragraphs[gold].article
         same = [i for i in by_article[article] if i != gold]
         hard = rng.sample(same, min(hard_distractors, len(same)))
         easy: list[int] = []
+        if index is not None:
+            budget = max(0, min(mined_distractors, passages_per_group - 1 - len(hard)))
+            easy = index.nearest(gold, budget, exclude=articles == article) if budget else []
         for _ in range(50 * passages_per_group):  # bounded: a corpus of one article has no easy ones
             if len(hard) + len(easy) >= passages_per_group:
                 break

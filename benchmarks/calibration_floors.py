@@ -60,7 +60,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerModel
-    from pruner_model.groups import load_groups, slice_groups
+    from pruner_model.groups import load_slice
     from pruner_model.metrics import (
         calibrate_operating_point,
         cross_validate,
@@ -73,14 +73,17 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(args.model)
     mc = model.config
     records, _ = read_records([args.data], None, True, args.seed)
-    groups = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
     n_cal = args.calibration_groups
     start = n_cal if args.report_start is None else args.report_start
     slices = {"calibration": (0, n_cal), "report": (start, start + args.report_groups)}
     scored = {}
     for name, (a, b) in slices.items():
         dev = build_dev_set(
-            slice_groups(groups, args.seed, a, b), tok, mc.max_length, mc.stride, mc.max_query_length
+            load_slice(records, args.seed, a, b, mc.segmenter_language, mc.segmenter_structure),
+            tok,
+            mc.max_length,
+            mc.stride,
+            mc.max_query_length,
         )
         scored[name], _ = score_dev(model, dev, pad_id=tok.pad_token_id or 0)
     print(

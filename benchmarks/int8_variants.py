@@ -49,12 +49,12 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerConfig
-    from pruner_model.groups import load_groups, slice_groups
+    from pruner_model.groups import load_slice
     from pruner_model.records import read_jsonl
 
     tok = AutoTokenizer.from_pretrained(str(src))
     cfg = PrunerConfig.from_pretrained(str(src))
-    groups = slice_groups(load_groups(read_jsonl(args.data)), args.seed, 0, args.groups)
+    groups = load_slice(read_jsonl(args.data), args.seed, 0, args.groups)
     items = [(g.query, [p["text"] for p in g.passages]) for g in groups]
 
     ref = keep_decisions(ContextPruner(OnnxBackend.from_pretrained(src, device="cpu"), tok, cfg), items)

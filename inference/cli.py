@@ -1,4 +1,4 @@
-"""`pruner prune` (and, with the ONNX issue, `pruner export` / `pruner serve`)."""
+"""`pruner prune`, `pruner export`, `pruner serve` and `pruner evaluate`: thin CLIs over the Python API."""
 
 from __future__ import annotations
 
@@ -215,6 +215,14 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         default="all,bm25,lexical,biencoder",
         help="comma list of baselines (all, bm25, lexical, biencoder) or 'none'",
     )
+    p.add_argument(
+        "--slice",
+        choices=["as_is", "mined", "low_overlap", "noisy"],
+        default=None,
+        help="evaluate a shifted slice built from the selected groups (every annotator's answer "
+        "labeled): mined = TF-IDF-nearest distractors from the whole file, low_overlap = answers "
+        "sharing <= 1 content word with the query, noisy = lower-cased, thinned punctuation, typos",
+    )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
@@ -245,12 +253,21 @@ def evaluate_main(argv: list[str] | None = None) -> int:
 
     from .pruner import ContextPruner
 
+    max_groups = args.max_groups or None
+    if args.slice is not None:
+        from pruner_model.groups import group_of, slice_ids
+        from pruner_model.shifts import build_slice
+
+        stop = None if max_groups is None else args.start + max_groups
+        keep = slice_ids((group_of(r) for r in records), args.seed, args.start, stop)
+        records = build_slice(args.slice, records, args.seed, keep)
+        max_groups, args.start = None, 0
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, quantized=args.quantized)
     report = evaluate(
         pruner,
         records,
         target=args.target_evidence,
-        max_groups=args.max_groups or None,
+        max_groups=max_groups,
         start=args.start,
         seed=args.seed,
         baselines=baselines,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pruner_model.groups import LabeledGroup, load_groups, slice_groups, words
+from pruner_model.groups import STOP_WORDS, LabeledGroup, content_words, load_groups, load_slice, words
 from pruner_model.metrics import (
     ScoredGroup,
     best_compression_at,
@@ -32,14 +32,6 @@ from pruner_model.metrics import (
 )
 
 TARGETS = (0.90, 0.95, 0.97, 0.99)
-STOP_WORDS = frozenset(
-    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
-    "these those there their they them he she his her we our you your i me my what which who whom whose when "
-    "where why how do does did done not no so than then too very can could should would will shall may might "
-    "must have has had into about over under after before between during also just only such any some all "
-    "each both more most other".split()
-)
-
 Scores = list[list[np.ndarray]]  # per group, per passage: one score per unit
 BASELINES: dict[str, tuple[str, Callable[..., Scores]]] = {}
 
@@ -53,10 +45,6 @@ def baseline(cli_name: str, system: str):
         return fn
 
     return register
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in words(text) if w not in STOP_WORDS}
 
 
 def _scored(g: LabeledGroup, scores: list[np.ndarray], tokens: list[np.ndarray]) -> ScoredGroup:
@@ -195,17 +183,22 @@ def evaluate(
     progress_factory=None,
     start: int = 0,
     seed: int = 0,
+    pipeline: bool = True,
 ) -> dict:
     """Curves, best compression per evidence target and the recommended threshold.
 
     Groups ``start:start + max_groups`` of the seeded permutation
-    (:func:`pruner_model.groups.slice_groups`, the slicing training calibrates and reports on);
-    all groups when ``max_groups`` is None and ``start`` is 0.
+    (:func:`pruner_model.groups.load_slice`, the slicing training calibrates and reports on);
+    all groups when ``max_groups`` is None and ``start`` is 0. ``pipeline=False`` skips the
+    operating point's second pass through the full pipeline (dedup, budgets): the operating point
+    is then read off the sentence scores alone.
     """
     cfg = pruner.config
-    groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
     if start or max_groups is not None:
-        groups = slice_groups(groups, seed, start, None if max_groups is None else start + max_groups)
+        stop = None if max_groups is None else start + max_groups
+        groups = load_slice(records, seed, start, stop, cfg.segmenter_language, cfg.segmenter_structure)
+    else:
+        groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
     if not groups:
         raise ValueError("no groups to evaluate")
     unknown = sorted(set(baselines) - set(BASELINES))
@@ -265,6 +258,7 @@ def evaluate(
                 for pt in curve
             ],
             "best_compression_at": best,
+            "best_f1": max((pt["f1"] for pt in curve), default=0.0),
         }
     # the model's operating point (and each token budget), measured through the real pipeline
     # (dedup included); every setting of a query rides in one run(), so the encoder sees it once
@@ -275,7 +269,7 @@ def evaluate(
     settings = [pruner.selection_params(threshold=threshold)]
     settings += [pruner.selection_params(threshold=0.0, token_budget=b) for b in budgets]
     masks: list[list[np.ndarray]] = [[] for _ in settings]
-    for b in range(0, len(groups), 16):
+    for b in range(0, len(groups) if pipeline else 0, 16):
         chunk = groups[b : b + 16]
         res = pruner.run([PruneRequest(g.query, g.passages, sp) for sp in settings for g in chunk])
         for k in range(len(settings)):
@@ -283,7 +277,7 @@ def evaluate(
                 np.concatenate([np.array([s.kept for s in p.sentences], dtype=bool) for p in r.passages])
                 for r in res[k * len(chunk) : (k + 1) * len(chunk)]
             ]
-    op = metrics_at(model_groups, threshold, keep_masks=masks[0])
+    op = metrics_at(model_groups, threshold, keep_masks=masks[0] if pipeline else None)
     op["checkpoint_threshold"] = float(pruner.config.threshold)
     op["at_checkpoint_threshold"] = metrics_at(model_groups, float(pruner.config.threshold))
     op["latency_ms_mean"] = float(np.mean(latencies) * 1000)

@@ -18,7 +18,7 @@ from pruner_model.segmentation import Unit
 
 from .backends import Backend, TorchBackend
 from .results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
-from .selection import SelectionParams, Units, merge_spans, select
+from .selection import SelectionParams, Units, merge_spans, select, uncertainty
 
 PassageInput = str | Mapping[str, str]
 
@@ -56,6 +56,27 @@ class RankedPassage(NamedTuple):
     relevance: float
 
 
+def resolve_model_path(path: str | Path) -> Path:
+    """A local folder as is; otherwise a hub repo id (``owner/name``) fetched into the hub cache."""
+    local = Path(path)
+    if local.exists() or str(path).count("/") != 1 or str(path).startswith((".", "/", "~")):
+        return local
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(
+            snapshot_download(
+                str(path),
+                allow_patterns=["*.json", "*.safetensors", "*.onnx", "*.txt", "*.model", "README.md"],
+            )
+        )
+    except (HFValidationError, LocalEntryNotFoundError) as exc:
+        raise FileNotFoundError(
+            f"no pruner checkpoint at {path}: not a folder, and not in the hub cache ({exc})"
+        ) from None
+
+
 def _is_onnx_folder(path: Path) -> bool:
     return (path / "model.onnx").exists() and not (path / "model.safetensors").exists()
 
@@ -85,10 +106,24 @@ class ContextPruner:
         batch_size: int = 32,
         **backend_kwargs,
     ) -> ContextPruner:
-        """Load a checkpoint folder (``save_pretrained`` output) or an ONNX export folder."""
+        """Load a checkpoint folder (``save_pretrained`` output), an ONNX export folder, or a
+        Hugging Face hub repo id holding either (downloaded once into the hub cache;
+        ``HF_HUB_OFFLINE=1`` uses the cache alone).
+
+        Args:
+            path: folder or ``"owner/name"`` repo id.
+            backend: ``"auto"`` (ONNX when the folder has ``model.onnx`` and no safetensors),
+                ``"torch"`` or ``"onnx"``.
+            device: ``"cpu"``, ``"cuda"`` or None for the best available.
+            batch_size: windows per encoder call.
+            **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype="bf16"`` (torch), ...
+
+        Raises:
+            FileNotFoundError: no checkpoint there.
+        """
         from transformers import AutoTokenizer
 
-        path = Path(path)
+        path = resolve_model_path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no pruner checkpoint at {path} (config.json missing)")
         config = PrunerConfig.from_pretrained(str(path))
@@ -178,7 +213,7 @@ class ContextPruner:
         """``params`` (default ``SelectionParams()``) with ``overrides``, the threshold and relative
         floor resolved to the checkpoint's calibrated ones where not given."""
         p = (params or SelectionParams()).replace(**overrides) if overrides else (params or SelectionParams())
-        return p.resolve(self.config.threshold, getattr(self.config, "relative_floor", None))
+        return p.resolve(self.config)
 
     def score(self, query: str, passages: Sequence[PassageInput] | PassageInput) -> PassageScores:
         """Sentence scores and passage relevance, no selection.
@@ -322,6 +357,7 @@ class ContextPruner:
             relevance=relevance,
         )
         keep, removed = select(units, params)
+        confidence, uncertain = uncertainty(units, params.uncertain_below)
         starts_a, ends_a = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
         results, pieces = [], []
         for pi, p in enumerate(passages):
@@ -359,6 +395,8 @@ class ContextPruner:
             duplicates_removed=removed,
             encoder_seconds=0.0,
             postprocess_seconds=0.0,
+            confidence=confidence,
+            uncertain=uncertain,
         )
         return PruneResult(query, "\n\n".join(pieces), tuple(results), stats, params.threshold)
 

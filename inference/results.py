@@ -49,6 +49,9 @@ class PruneStats:
     duplicates_removed: int
     encoder_seconds: float
     postprocess_seconds: float
+    confidence: float = 0.0  # the query's best unit score (what "no sentence stands out" is judged on)
+    uncertain: bool = False  # confidence under the checkpoint's uncertainty threshold: a pipeline
+    # may fall back to the unpruned context (or ask prune() for if_uncertain="keep_all")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,10 @@ import dataclasses
 import math
 import numbers
 import re
+import typing
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 
@@ -176,11 +178,21 @@ class SelectionParams:
     )
     keep_headings: bool = _knob(True, "a kept unit keeps the heading of its section")
     dedup: bool = _knob(True, "drop kept units whose text was already kept")
+    uncertain_below: float | str | None = _knob(
+        CHECKPOINT,
+        "a query whose best unit scores under this is uncertain; 'none': never (default: the "
+        "checkpoint's calibrated value)",
+        0.0,
+        1.0,
+    )
+    if_uncertain: Literal["flag", "keep_all"] = _knob(
+        "flag", "an uncertain query is only flagged in stats, or keeps every unit (the unpruned context)"
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None or (f.name == "relative_floor" and value == CHECKPOINT):
+            if value is None or (_field_kind(f) == "floor" and value == CHECKPOINT):
                 continue
             _check_knob(f, value)
         if self.relative_floor not in (None, CHECKPOINT):
@@ -201,12 +213,18 @@ class SelectionParams:
             raise TypeError(f"unknown selection setting {unknown[0]!r}; known: {', '.join(sorted(names))}")
         return dataclasses.replace(self, **overrides)
 
-    def resolve(self, threshold: float, relative_floor: float | None) -> SelectionParams:
-        """The settings with the checkpoint's defaults filled in."""
+    def resolve(self, config) -> SelectionParams:
+        """The settings with the checkpoint's calibrated values (``config``: a PrunerConfig)
+        filled in where they were left to it."""
         return dataclasses.replace(
             self,
-            threshold=threshold if self.threshold is None else self.threshold,
-            relative_floor=relative_floor if self.relative_floor == CHECKPOINT else self.relative_floor,
+            threshold=config.threshold if self.threshold is None else self.threshold,
+            relative_floor=getattr(config, "relative_floor", None)
+            if self.relative_floor == CHECKPOINT
+            else self.relative_floor,
+            uncertain_below=getattr(config, "uncertainty_threshold", None)
+            if self.uncertain_below == CHECKPOINT
+            else self.uncertain_below,
         )
 
 
@@ -217,6 +235,11 @@ def _check_knob(f, value) -> None:
             raise ValueError(f"{name} must be true or false, got {value!r}")
         return
     if kind == "patterns":
+        return
+    if kind == "choice":
+        choices = typing.get_args(typing.get_type_hints(SelectionParams)[name])
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return
     integer = kind == "int"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -251,8 +274,16 @@ def must_keep(units: Units, keep: np.ndarray, patterns: tuple[str, ...]) -> np.n
     return keep | hits
 
 
+def uncertainty(units: Units, below: float | str | None) -> tuple[float, bool]:
+    """``(confidence, uncertain)`` of one query: its best unit score, and whether that is under
+    ``below`` (no sentence stands out, so the answer may be among the dropped ones)."""
+    confidence = float(units.scores.max()) if len(units) else 0.0
+    return confidence, below not in (None, CHECKPOINT) and confidence < float(below)
+
+
 def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
-    """Threshold → passage gate → must_keep → keep_top → neighbours → headings → dedup → budget.
+    """Threshold → passage gate → must_keep → keep_top → neighbours → headings → dedup → budget;
+    with ``if_uncertain="keep_all"``, an uncertain query (see :func:`uncertainty`) keeps everything.
 
     ``params`` needs a threshold (``ContextPruner`` fills in the checkpoint's); a relative floor
     left at ``"checkpoint"`` means absolute scores here, where there is no checkpoint. Returns the
@@ -262,6 +293,8 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
     if params.threshold is None:
         raise ValueError("select() needs a threshold (ContextPruner fills in the checkpoint's)")
     floor = None if params.relative_floor == CHECKPOINT else params.relative_floor
+    if params.if_uncertain == "keep_all" and uncertainty(units, params.uncertain_below)[1]:
+        return np.ones(len(units), dtype=bool), 0
     keep = apply_threshold(units, params.threshold, floor)
     keep = gate_passages(units, keep, params.min_relevance)
     forced = must_keep(units, np.zeros(len(units), dtype=bool), params.must_keep)
@@ -291,8 +324,10 @@ def merge_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, keep: 
 
 # ---------------------------------------------------------------------------- derived interfaces
 def _field_kind(f) -> str:
-    """bool | patterns | floor | int | float, from the field's annotation."""
+    """bool | patterns | choice | floor | int | float, from the field's annotation."""
     typ = str(f.type)
+    if typ.startswith("Literal"):
+        return "choice"
     if typ == "bool":
         return "bool"
     if typ.startswith("tuple[str"):
@@ -325,6 +360,9 @@ def add_selection_arguments(parser) -> None:
             )
         elif kind == "patterns":
             group.add_argument(flag, dest=f.name, action="append", default=None, metavar="REGEX", help=help)
+        elif kind == "choice":
+            choices = typing.get_args(typing.get_type_hints(SelectionParams)[f.name])
+            group.add_argument(flag, dest=f.name, choices=choices, default=None, help=help)
         else:
             conv = {"int": int, "float": float, "floor": _parse_floor}[kind]
             group.add_argument(flag, dest=f.name, type=conv, default=None, help=help)
@@ -344,10 +382,11 @@ def selection_body_fields() -> dict:
     from pydantic import Field
 
     types = {"bool": bool, "patterns": list[str], "int": int, "float": float, "floor": float | str}
+    hints = typing.get_type_hints(SelectionParams)
     out = {}
     for f in fields(SelectionParams):
         kind = _field_kind(f)
-        typ = types[kind]
+        typ = hints[f.name] if kind == "choice" else types[kind]
         if f.default is None or kind == "floor":
             typ = typ | None
         default = list(f.default) if kind == "patterns" else f.default

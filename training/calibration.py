@@ -1,7 +1,7 @@
 """After training: calibrate the checkpoint's operating point on one slice of dev groups, report
 on another, disjoint one.
 
-The slices come from :func:`pruner_model.groups.slice_groups` (a seeded permutation of the dev
+The slices come from :func:`pruner_model.groups.load_slice` (a seeded permutation of the dev
 group ids): calibration takes groups ``0:calibration_dev_groups``, the report groups from
 ``report_dev_start`` (default: right after them), so a reported number is never measured on the
 groups it was calibrated on.
@@ -14,11 +14,11 @@ import sys
 import numpy as np
 from tqdm.auto import tqdm
 
-from pruner_model.groups import LabeledGroup, slice_groups
+from pruner_model.groups import LabeledGroup, load_slice
 
 from .config import TrainConfig
 from .evaluation import build_dev_set, dev_metrics, score_dev
-from .metrics import calibrate_operating_point
+from .metrics import calibrate_operating_point, calibrate_threshold, relative_groups, weighted_groups
 
 
 def log(msg: str) -> None:
@@ -31,11 +31,14 @@ def _score(model, tokenizer, groups: list[LabeledGroup]):
     return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0)
 
 
-def calibrate(
-    model, tokenizer, cfg: TrainConfig, dev: list[LabeledGroup], quiet: bool = False
-) -> dict | None:
-    """Fit the threshold (and relative floor, relevance exponent) on the calibration slice and
-    write them into ``model.config``.
+def _slice(model, dev: list[dict], seed: int, start: int, stop: int | None) -> list[LabeledGroup]:
+    mc = model.config
+    return load_slice(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
+
+
+def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool = False) -> dict | None:
+    """Fit the threshold (and relative floor, relevance exponent) on the calibration slice of the
+    labeled dev records ``dev`` and write them into ``model.config``.
 
     Returns:
         The calibration metrics (with every candidate's in-sample and cross-validated numbers,
@@ -43,38 +46,82 @@ def calibrate(
         off or the slice is empty (the checkpoint's threshold then stands).
     """
     c = cfg.calibration
-    groups = slice_groups(dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups)
-    if not groups or not c.enabled:
+    if not c.enabled or cfg.data.calibration_dev_groups == 0:
+        return None
+    groups = _slice(model, dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups)
+    if not groups:
         return None
     mc = model.config
     scored, auc = _score(model, tokenizer, groups)
+    shifted = _score_shifts(model, tokenizer, cfg, dev, {g.id for g in groups})
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]
-    mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
-        scored, aim, floors, c.folds, exponents
-    )
+    pool = scored + [g for gs in shifted.values() for g in gs]
+    mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(pool, aim, floors, c.folds, exponents)
     mc.relevance_exponent = chosen["relevance_exponent"]
+    mc.target_evidence = c.target_evidence
+    per_slice = {}
+    if shifted:  # the threshold that meets the target on every slice: the lowest of theirs
+        for name, gs in {"as_is": scored, **shifted}.items():
+            weighted = weighted_groups(gs, mc.relevance_exponent)
+            per_slice[name] = calibrate_threshold(relative_groups(weighted, mc.relative_floor), aim)
+        mc.threshold = min(per_slice.values())
+    mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
     metrics = dev_metrics(
         scored, auc, mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
     )
     # floors[0] is None and exponents[0] is 0: candidates[0] is the plain token-head score
     metrics.update(
+        uncertainty_threshold=mc.uncertainty_threshold,
         absolute_threshold=chosen["candidates"][0]["threshold"],
         calibrated_for=aim,
         candidates=chosen["candidates"],
     )
+    if per_slice:
+        metrics["slice_thresholds"] = per_slice
+        for name, gs in shifted.items():
+            m = dev_metrics(
+                gs, float("nan"), mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
+            )
+            metrics[f"shift_{name}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
     if not quiet:
         _log_calibration(chosen["candidates"], c.folds, len(exponents) > 1, len(floors) * len(exponents) > 1)
         mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
         if mc.relevance_exponent:
             mode += f", x relevance^{mc.relevance_exponent}"
         margin = f" + margin {c.margin}" if aim != c.target_evidence else ""
+        if per_slice:
+            log("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
         log(
             f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
             f"(evidence target {c.target_evidence}{margin})"
         )
     return metrics
+
+
+def _uncertainty_threshold(groups, exponent: float, share: float) -> float | None:
+    """The best-sentence score under which ``share`` of the queries with evidence fall."""
+    best = [
+        float(g.scores.max()) for g in weighted_groups(groups, exponent) if g.has_evidence and len(g.scores)
+    ]
+    if not share or not best:
+        return None
+    return float(np.quantile(best, share))
+
+
+def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], ids: set[str]) -> dict:
+    """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored."""
+    from pruner_model.groups import load_groups
+    from pruner_model.shifts import build_slice
+
+    mc, out = model.config, {}
+    for name in cfg.calibration.shifts:
+        records = build_slice(name, dev, cfg.data.seed, ids)
+        groups = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
+        if groups:
+            out[name] = _score(model, tokenizer, groups)[0]
+    return out
 
 
 def _log_calibration(candidates: list[dict], folds: int, with_exponent: bool, several: bool) -> None:
@@ -98,7 +145,7 @@ def report(
     model,
     tokenizer,
     cfg: TrainConfig,
-    dev: list[LabeledGroup],
+    dev: list[dict],
     absolute_threshold: float | None = None,
     quiet: bool = False,
 ) -> dict:
@@ -114,7 +161,7 @@ def report(
     if n_cal is None or not d.report_dev_groups:
         return {}
     start = d.report_dev_start if d.report_dev_start is not None else n_cal
-    groups = slice_groups(dev, d.seed, start, start + d.report_dev_groups)
+    groups = _slice(model, dev, d.seed, start, start + d.report_dev_groups)
     if not groups:
         return {}
     target = cfg.calibration.target_evidence

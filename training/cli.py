@@ -10,9 +10,10 @@ import sys
 def _train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner train",
-        description="Fine-tune a pruner on labeled records (JSONL, see DESIGN.md) from a YAML config. "
-        "Writes OUTPUT/ (checkpoint with calibrated threshold, metrics.json, train_config.yaml) and "
-        "OUTPUT/checkpoints/{last,best}. Ctrl-C saves a resumable state.",
+        description="Fine-tune a pruner on labeled records (JSONL: id, query, context, relevant_spans) "
+        "from a YAML config (docs/training-config.md). Writes OUTPUT/ (checkpoint with the calibrated "
+        "threshold, model card README.md, metrics.json, train_config.yaml) and the resumable state in "
+        "OUTPUT.trainer/{last,best}. Ctrl-C saves a resumable state.",
     )
     p.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
     p.add_argument("--output", default=None, help="run folder (default: runs/<config name>)")

@@ -25,6 +25,7 @@ class ModelSection:
     relevance_loss_weight: float = 0.5  # the relevance head also feeds the passage gate
     sentence_loss_weight: float = 0.0  # sentence ranking loss: relevant sentences above their
     # passage neighbours (the errors that cost most compression); 0 = token BCE only
+    query_match: bool = False  # learned input embedding on context tokens that occur in the query
 
     def __post_init__(self) -> None:
         for name in ("relevance_loss_weight", "sentence_loss_weight"):
@@ -44,6 +45,14 @@ class DataSection:
     # reports on groups no earlier run has scored
     report_dev_start: int | None = None
     dedup: bool = True  # duplicate (query, context) pairs teach the model to keep everything
+    # share of training query groups rewritten as user-generated-looking text (lower case, thin
+    # punctuation, typos: pruner_model.textnoise); replaces, does not add, so cost is unchanged
+    noise_augment: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noise_augment <= 1.0:
+            raise ConfigError(f"data.noise_augment must be in [0, 1], got {self.noise_augment}")
+
     seed: int = 0
 
 
@@ -89,8 +98,20 @@ class CalibrationSection:
     # the threshold is calibrated for target_evidence + margin: a calibrated threshold lands on
     # new queries around its target, half the time under it; a margin buys headroom for compression
     margin: float = 0.0
+    # shifted versions of the calibration groups (pruner_model.shifts: mined, low_overlap, noisy)
+    # scored beside them: floor and exponent are chosen on all of them pooled, and the threshold is
+    # the lowest that meets the target on each, so the promise holds off the calibration domain too
+    shifts: list[str] = field(default_factory=list)
+    # queries whose best sentence scores under the uncertainty threshold are flagged uncertain: it
+    # is set so that this share of the calibration queries with evidence falls under it (0 = off)
+    uncertain_share: float = 0.1
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.uncertain_share < 1.0:
+            raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
+        unknown = sorted(set(self.shifts) - {"mined", "low_overlap", "noisy"})
+        if unknown:
+            raise ConfigError(f"calibration.shifts: unknown slice {unknown[0]!r} (mined, low_overlap, noisy)")
         if not 0.0 < self.target_evidence <= 1.0:
             raise ConfigError(f"calibration.target_evidence must be in (0, 1], got {self.target_evidence}")
         if not 0.0 <= self.margin < 1.0 or self.target_evidence + self.margin > 1.0:

@@ -22,6 +22,7 @@ from pruner_model.alignment import token_to_sentence, unit_bounds
 from pruner_model.groups import group_of
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
 from pruner_model.scoring import pad_rows, pad_value
+from pruner_model.textnoise import noisy_record
 
 
 @dataclass
@@ -88,6 +89,17 @@ def read_records(
     report.negatives = report.records - report.positives
     report.groups = len({group_of(r) for r in records})
     return records, report
+
+
+def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:
+    """``share`` of the query groups rewritten as user-generated-looking text (whole groups, so a
+    query reads the same in all its passages; :func:`pruner_model.textnoise.noisy_record`)."""
+    rng = random.Random(f"noise:{seed}")
+    gids = sorted({group_of(r) for r in records})
+    chosen = set(rng.sample(gids, round(share * len(gids))))
+    return [
+        noisy_record(r, random.Random(f"{seed}:{r['id']}")) if group_of(r) in chosen else r for r in records
+    ]
 
 
 def tokenize_records(

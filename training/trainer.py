@@ -28,12 +28,19 @@ import yaml
 from tqdm.auto import tqdm
 
 from pruner_model import PrunerModel
-from pruner_model.groups import load_groups, slice_groups
+from pruner_model.groups import load_slice
 from pruner_model.records import write_json
 
 from .calibration import calibrate, report
 from .config import TrainConfig
-from .data import Collator, GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
+from .data import (
+    Collator,
+    GroupedBatches,
+    LengthGroupedBatches,
+    augment_noise,
+    read_records,
+    tokenize_records,
+)
 from .evaluation import build_dev_set, dev_metrics, score_dev
 from .model_card import write_model_card
 
@@ -96,8 +103,7 @@ def _build_model(cfg: TrainConfig):
     else:
         path = m.backbone or str(default_backbone_path())
         model = PrunerModel.from_backbone(
-            path,
-            **{k: getattr(m, k) for k in _MODEL_FIELDS},
+            path, query_match=m.query_match, **{k: getattr(m, k) for k in _MODEL_FIELDS}
         )
         tok = AutoTokenizer.from_pretrained(path)
     if not getattr(tok, "is_fast", False):
@@ -182,11 +188,15 @@ class Trainer:
         dev_records, dev_report = read_records(d.dev, None, d.dedup, d.seed)
         if not train_records:
             raise ValueError("no training records left after validation")
+        if d.noise_augment:
+            train_records = augment_noise(train_records, d.noise_augment, d.seed)
         self.train_ds = tokenize_records(
             train_records, self.tokenizer, mc.max_length, mc.stride, mc.max_query_length, train_report
         )
-        self.dev_groups = load_groups(dev_records, mc.segmenter_language, mc.segmenter_structure)
-        eval_groups = slice_groups(self.dev_groups, d.seed, 0, d.max_dev_groups)
+        self.dev_records = dev_records
+        eval_groups = load_slice(
+            dev_records, d.seed, 0, d.max_dev_groups, mc.segmenter_language, mc.segmenter_structure
+        )
         self.dev = (
             build_dev_set(eval_groups, self.tokenizer, mc.max_length, mc.stride, mc.max_query_length)
             if eval_groups
@@ -349,13 +359,13 @@ class Trainer:
             "best_metric": self.cfg.train.best_metric,
             "history": self.state.get("history", []),
         }
-        cal = calibrate(model, self.tokenizer, self.cfg, self.dev_groups, quiet=self.quiet)
+        cal = calibrate(model, self.tokenizer, self.cfg, self.dev_records, quiet=self.quiet)
         if cal is not None:
             metrics["calibration"] = cal
         if not math.isfinite(model.config.threshold):
             raise TrainingDiverged(f"the calibrated threshold is {model.config.threshold}: not published")
         absolute = cal["absolute_threshold"] if cal else None
-        metrics.update(report(model, self.tokenizer, self.cfg, self.dev_groups, absolute, quiet=self.quiet))
+        metrics.update(report(model, self.tokenizer, self.cfg, self.dev_records, absolute, quiet=self.quiet))
         model.save_pretrained(self.out)
         self.tokenizer.save_pretrained(self.out)
         write_json(self.out / "metrics.json", metrics)

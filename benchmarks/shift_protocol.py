@@ -1,0 +1,121 @@
+"""Out-of-domain protocol: a checkpoint on nyt dev groups as they are and on the three shifted
+slices built from the same groups (pruner_model.shifts): compression at each evidence
+level, best sentence F1, and what the checkpoint's own threshold promised vs what it kept.
+
+    python3 benchmarks/shift_protocol.py --model runs/quickstart --start 6000 --groups 400 \
+        --output reports/shift-quickstart.json
+
+Prints a markdown table; with --baselines also scores the lexical and bi-encoder baselines (they do
+not depend on the model). Choose settings on one range of groups and report on another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+TARGETS = ("0.90", "0.95", "0.97", "0.99")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", action="append", default=[], help="checkpoint or ONNX folder (repeatable)")
+    ap.add_argument("--data", default="data/squad/dev.jsonl", help="labeled dev records (with meta.answers)")
+    ap.add_argument("--start", type=int, default=6000, help="first group of the seeded permutation")
+    ap.add_argument("--groups", type=int, default=400, help="groups per slice")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--slices", default="as_is,mined,low_overlap,noisy")
+    ap.add_argument("--baselines", default="", help="comma list, e.g. lexical,biencoder")
+    ap.add_argument(
+        "--target", type=float, default=None, help="promised evidence (default: the checkpoint's)"
+    )
+    ap.add_argument("--output", default=None, help="write all numbers here (JSON)")
+    args = ap.parse_args(argv)
+    if not args.model and not args.baselines:
+        ap.error("give --model and/or --baselines")
+    if not Path(args.data).is_file():
+        ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
+
+    from pruner_model.inference.evaluate import evaluate
+
+    from pruner_model import ContextPruner
+    from pruner_model.groups import group_of, slice_ids
+    from pruner_model.records import read_jsonl
+    from pruner_model.shifts import build_slice
+
+    records = read_jsonl(args.data)
+    keep = slice_ids((group_of(r) for r in records), args.seed, args.start, args.start + args.groups)
+    slices = {name: build_slice(name, records, args.seed, keep) for name in args.slices.split(",")}
+    rows, out = [], {"start": args.start, "groups": args.groups, "seed": args.seed, "results": {}}
+    systems = [(m, m) for m in args.model]
+    baselines = tuple(b for b in args.baselines.split(",") if b)
+    if baselines:
+        systems.append(("baselines", args.model[0] if args.model else None))
+    for name, model in systems:
+        if model is None:
+            ap.error("--baselines needs one --model for the token counts")
+        pruner = ContextPruner.from_pretrained(model)
+        target = args.target or pruner.config.target_evidence or 0.95
+        for sl, recs in slices.items():
+            t0 = time.perf_counter()
+            rep = evaluate(
+                pruner,
+                recs,
+                target=target,
+                baselines=baselines if name == "baselines" else (),
+                pipeline=False,
+            )
+            wanted = {k: v for k, v in rep["systems"].items() if (k != "pruner") == (name == "baselines")}
+            wanted.pop("pruner_absolute", None)
+            for sys_name, s in wanted.items():
+                label = Path(model).name if sys_name == "pruner" else sys_name
+                at = rep["operating_point"]["at_checkpoint_threshold"]
+                row = {
+                    "system": label,
+                    "slice": sl,
+                    "groups": rep["groups"],
+                    **{
+                        f"comp@{t}": (
+                            None
+                            if s["best_compression_at"][t] is None
+                            else s["best_compression_at"][t]["compression"]
+                        )
+                        for t in TARGETS
+                    },
+                    "best_f1": s["best_f1"],
+                    "promised": target if sys_name == "pruner" else None,
+                    "kept": at["evidence_preserved"] if sys_name == "pruner" else None,
+                    "compression_at_threshold": at["compression"] if sys_name == "pruner" else None,
+                }
+                rows.append(row)
+                out["results"].setdefault(label, {})[sl] = row
+            print(f"{name} {sl}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    print(
+        "| system | slice | "
+        + " | ".join(f"comp @ {t}" for t in TARGETS)
+        + " | best F1 | promised → kept (compression) |"
+    )
+    print("|---|---|" + "---|" * (len(TARGETS) + 2))
+    for r in rows:
+        kept = (
+            "—"
+            if r["kept"] is None
+            else f"{r['promised']:.2f} → {r['kept']:.3f} ({r['compression_at_threshold']:.3f})"
+        )
+        print(
+            f"| {r['system']} | {r['slice']} | "
+            + " | ".join(fmt(r[f"comp@{t}"]) for t in TARGETS)
+            + f" | {fmt(r['best_f1'])} | {kept} |"
+        )
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
