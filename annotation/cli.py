@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -89,7 +90,12 @@ def data_main(argv: list[str] | None = None) -> int:
     for spec in args.file:
         path, _, name = spec.partition(":")
         path = Path(path)
-        jobs.append((name or path.stem, [(name or path.stem, path)], None))
+        name = name or path.stem
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+            raise ValueError(
+                f"--file {spec}: split name {name!r} must be letters, digits, '_', '.', '-' (a file name in --output)"
+            )
+        jobs.append((name, [(name, path)], None))
     report = {}
     for name, sources, max_q in jobs:
         records, groups = [], []

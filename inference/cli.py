@@ -75,6 +75,7 @@ def prune_main(argv: list[str] | None = None) -> int:
     from .pruner import ContextPruner
 
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend)
+    pruner.progress_above = 256  # long inputs show a progress bar
     result = pruner.prune(args.query, passages, **overrides)
     if args.format == "json":
         out = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
@@ -162,12 +163,39 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=2_000_000)
     p.add_argument("--max-passages", type=int, default=64)
     p.add_argument("--max-passage-chars", type=int, default=100_000)
+    p.add_argument(
+        "--max-request-tokens", type=int, default=60_000, help="passage tokens per request (413 above)"
+    )
+    p.add_argument("--deadline", type=float, default=30.0, help="seconds before a request gets a 504")
+    p.add_argument("--max-concurrency", type=int, default=64, help="open connections (503 above)")
+    p.add_argument(
+        "--api-key-env",
+        default="PRUNER_API_KEY",
+        help="environment variable holding the API key; when it is set, requests need "
+        "'Authorization: Bearer <key>' (the key is never printed)",
+    )
     p.add_argument("--no-batching", action="store_true", help="one request at a time (benchmarks)")
     return p
 
 
 def serve_main(argv: list[str] | None = None) -> int:
+    import os
+
     args = _serve_parser().parse_args(argv)
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1-65535, got {args.port}")
+    for name in (
+        "max_batch",
+        "max_body_bytes",
+        "max_passages",
+        "max_passage_chars",
+        "max_request_tokens",
+        "max_concurrency",
+    ):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if not args.deadline > 0 or not args.max_wait_ms >= 0:
+        raise ValueError("--deadline must be > 0 and --max-wait-ms >= 0")
     model_dir = existing_model_dir(args.model)
     import uvicorn
 
@@ -181,11 +209,31 @@ def serve_main(argv: list[str] | None = None) -> int:
         max_body_bytes=args.max_body_bytes,
         max_passages=args.max_passages,
         max_passage_chars=args.max_passage_chars,
+        max_request_tokens=args.max_request_tokens,
+        deadline_s=args.deadline,
     )
-    app = create_app(
-        pruner, limits, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, batching=not args.no_batching
+    api_key = os.environ.get(args.api_key_env) or None
+    app = create_app(  # runs the model self-check: a broken model fails here, with one line
+        pruner,
+        limits,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        batching=not args.no_batching,
+        api_key=api_key,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    print(
+        f"serving {model_dir} on http://{args.host}:{args.port}" + (" (API key required)" if api_key else ""),
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_keep_alive=5,  # idle keep-alive connections are closed after 5 s
+        limit_concurrency=args.max_concurrency,
+        h11_max_incomplete_event_size=64 * 1024,  # headers larger than this are refused
+    )
     return 0
 
 

@@ -30,6 +30,7 @@ class PruneRequest:
     query: str
     passages: Sequence[PassageInput] | PassageInput
     params: SelectionParams
+    prepared: list | None = None  # the segmented passages, once ContextPruner.prepare() checked them
 
 
 @dataclass
@@ -96,6 +97,7 @@ class ContextPruner:
         self.tokenizer = tokenizer
         self.config = config
         self.batch_size = batch_size
+        self.progress_above: int | None = None  # show a bar when one call scores more windows
 
     @classmethod
     def from_pretrained(
@@ -251,7 +253,7 @@ class ContextPruner:
         if not requests:
             return []
         t0 = time.perf_counter()
-        prepared = [(self._check_query(r.query), self._prepare_passages(r.passages)) for r in requests]
+        prepared = [(r.query, r.prepared) if r.prepared is not None else self._prepare(r) for r in requests]
         pairs = [(qi, pi) for qi, (_, ps) in enumerate(prepared) for pi, p in enumerate(ps) if p.units]
         # identical (query, passage) pairs (one query pruned under several settings, a passage
         # repeated by the retriever) go through the encoder once
@@ -284,13 +286,23 @@ class ContextPruner:
             _with_timings(r, float(encoder_seconds * s), float(post * s)) for r, s in zip(results, shares)
         ]
 
+    def prepare(self, request: PruneRequest) -> PruneRequest:
+        """Check and segment a request's query and passages now (raises ValueError/TypeError on bad
+        input), so a batch of prepared requests cannot fail on one request's text."""
+        _, passages = self._prepare(request)
+        return replace(request, prepared=passages)
+
     # ------------------------------------------------------------------ steps
+    def _prepare(self, request: PruneRequest) -> tuple[str, list[_Passage]]:
+        return self._check_query(request.query), self._prepare_passages(request.passages)
+
     @staticmethod
     def _check_query(query) -> str:
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, got {type(query).__name__}")
         if not query.strip():
             raise ValueError("query is empty")
+        _check_text(query, "query")
         return query
 
     def _prepare_passages(self, passages) -> list[_Passage]:
@@ -306,6 +318,9 @@ class ContextPruner:
                 pid, title, text = str(p.get("id", i)), p.get("title"), p["text"]
             else:
                 raise TypeError(f"passage {i} must be a string or a dict with 'text'")
+            _check_text(text, f"passage {i}")
+            if title is not None:
+                _check_text(str(title), f"passage {i} title")
             units = segment(text, self.config.segmenter_language, self.config.segmenter_structure)
             out.append(_Passage(pid, title, text, units))
         return out
@@ -322,6 +337,7 @@ class ContextPruner:
             [unit_bounds(p.units) for p in passages],
             self.backend.input_names,
             self.batch_size,
+            self.progress_above,
         )
         e = self.config.relevance_exponent
         for pair in out.pairs:
@@ -397,8 +413,22 @@ class ContextPruner:
             postprocess_seconds=0.0,
             confidence=confidence,
             uncertain=uncertain,
+            tokens_saved=tokens_in - tokens_out,
+            cost_saved=None
+            if params.price_per_million_tokens is None
+            else (tokens_in - tokens_out) / 1e6 * params.price_per_million_tokens,
         )
         return PruneResult(query, "\n\n".join(pieces), tuple(results), stats, params.threshold)
+
+
+def _check_text(text: str, what: str) -> None:
+    """Text that cannot be encoded as UTF-8 (a lone surrogate) is a one-line ValueError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} is not valid Unicode text (lone surrogate at character {exc.start})"
+        ) from None
 
 
 def _join_spans(text: str, spans) -> str:

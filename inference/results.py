@@ -52,6 +52,8 @@ class PruneStats:
     confidence: float = 0.0  # the query's best unit score (what "no sentence stands out" is judged on)
     uncertain: bool = False  # confidence under the checkpoint's uncertainty threshold: a pipeline
     # may fall back to the unpruned context (or ask prune() for if_uncertain="keep_all")
+    tokens_saved: int = 0  # tokens_in - tokens_out (model tokenizer)
+    cost_saved: float | None = None  # USD, when prune() was given price_per_million_tokens
 
 
 @dataclass(frozen=True, slots=True)

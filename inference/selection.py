@@ -188,6 +188,9 @@ class SelectionParams:
     if_uncertain: Literal["flag", "keep_all"] = _knob(
         "flag", "an uncertain query is only flagged in stats, or keeps every unit (the unpruned context)"
     )
+    price_per_million_tokens: float | None = _knob(
+        None, "the generator's input price (USD per million tokens): stats then carry the money saved", 0.0
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):

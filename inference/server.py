@@ -1,8 +1,11 @@
-"""HTTP serving: FastAPI app with request validation, size limits and micro-batching.
+"""HTTP serving: FastAPI app with request validation, limits, an optional API key and
+micro-batching.
 
 Concurrent requests are gathered by a :class:`MicroBatcher` (up to ``max_batch`` requests or
 ``max_wait_ms`` after the first one) and scored through the encoder together, in one worker
-thread, instead of one by one.
+thread, instead of one by one. Each request is validated and segmented before it joins a batch,
+and a batch that still fails is rerun request by request, so one request's input never fails
+another's. Every request has a cost cap (tokens) and a deadline.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ class ServerLimits:
     max_passage_chars: int = 100_000  # characters per passage
     max_query_chars: int = 2_000
     max_batch_queries: int = 64  # queries per /v1/prune/batch request
+    max_request_tokens: int = 60_000  # passage tokens per HTTP request (all its queries): the compute cap
+    deadline_s: float = 30.0  # a request not answered by then gets a 504
+    body_timeout_s: float = 10.0  # a client that has not sent its whole body by then gets a 408
 
 
 class Passage(BaseModel):
@@ -46,29 +52,85 @@ PruneBody = create_model(
 )
 
 
+class RerankBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1)
+    documents: list[str] = Field(min_length=1)
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = False
+    return_pruned: bool = False  # also prune each document (selection at the checkpoint's settings)
+
+
+KNOWN_ROUTES = {"/v1/prune", "/v1/prune/batch", "/v1/rerank", "/v1/stats", "/metrics", "/health"}
+
+
 class BatchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     requests: list[PruneBody] = Field(min_length=1)
 
 
 class Metrics:
-    """Counters and a window of recent latencies, safe across threads."""
+    """Counters and a window of recent latencies, safe across threads; the same numbers as
+    Prometheus metrics in their own registry (``GET /metrics``)."""
 
     def __init__(self, window: int = 2048):
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
         self.lock = threading.Lock()
         self.requests = self.passages = self.tokens_in = self.tokens_out = self.errors = 0
         self.batches = 0
         self.batched_queries = 0
+        self.cost_saved = 0.0
         self.latencies: deque[float] = deque(maxlen=window)
         self.started = time.time()
+        self.registry = r = CollectorRegistry()
+        self.http = Counter("pruner_http_requests", "HTTP requests answered", ["route", "code"], registry=r)
+        self.latency = Histogram(
+            "pruner_request_seconds",
+            "time to answer a request",
+            ["route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.p_tokens_in = Counter("pruner_tokens_in", "passage tokens received", registry=r)
+        self.p_tokens_out = Counter("pruner_tokens_out", "passage tokens kept", registry=r)
+        self.p_cost_saved = Counter(
+            "pruner_cost_saved_usd", "generator input cost saved (priced requests)", registry=r
+        )
+        self.p_batch = Histogram(
+            "pruner_queries_per_encoder_batch",
+            "queries scored together in one encoder batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
 
-    def record(self, latency: float, passages: int, tokens_in: int, tokens_out: int) -> None:
+    def record(
+        self, latency: float, passages: int, tokens_in: int, tokens_out: int, cost_saved: float = 0.0
+    ) -> None:
         with self.lock:
             self.requests += 1
             self.passages += passages
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
+            self.cost_saved += cost_saved
             self.latencies.append(latency)
+        self.p_tokens_in.inc(tokens_in)
+        self.p_tokens_out.inc(tokens_out)
+        if cost_saved:
+            self.p_cost_saved.inc(cost_saved)
+
+    def record_batch(self, queries: int) -> None:
+        with self.lock:
+            self.batches += 1
+            self.batched_queries += queries
+        self.p_batch.observe(queries)
+
+    def record_http(self, route: str, code: int, seconds: float) -> None:
+        if code >= 400:
+            with self.lock:
+                self.errors += 1
+        self.http.labels(route, str(code)).inc()
+        self.latency.labels(route).observe(seconds)
 
     def snapshot(self) -> dict:
         with self.lock:
@@ -79,6 +141,8 @@ class Metrics:
                 "passages": self.passages,
                 "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out,
+                "tokens_saved": self.tokens_in - self.tokens_out,
+                "cost_saved_usd": self.cost_saved,
                 "compression": 1 - self.tokens_out / self.tokens_in if self.tokens_in else 0.0,
                 "encoder_batches": self.batches,
                 "mean_queries_per_batch": self.batched_queries / self.batches if self.batches else 0.0,
@@ -129,22 +193,56 @@ class MicroBatcher:
                     break
                 jobs.append(job)
                 n += len(job[0])
+            jobs = [(reqs, fut) for reqs, fut in jobs if not fut.done()]  # timed-out clients are gone
+            if not jobs:
+                continue
             flat = [r for reqs, _ in jobs for r in reqs]
             try:
                 results = await loop.run_in_executor(None, self.pruner.run, flat)
-            except Exception as exc:  # a bad batch fails its own requests only
-                for _, fut in jobs:
-                    if not fut.done():
-                        fut.set_exception(exc)
+            except Exception:  # isolate the faulty request: rerun each job alone
+                for reqs, fut in jobs:
+                    try:
+                        alone = await loop.run_in_executor(None, self.pruner.run, reqs)
+                    except Exception as exc:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    else:
+                        if not fut.done():
+                            fut.set_result(alone)
                 continue
-            with self.metrics.lock:
-                self.metrics.batches += 1
-                self.metrics.batched_queries += len(flat)
+            self.metrics.record_batch(len(flat))
             k = 0
             for reqs, fut in jobs:
                 if not fut.done():
                     fut.set_result(results[k : k + len(reqs)])
                 k += len(reqs)
+
+
+def self_check(pruner: ContextPruner) -> None:
+    """Run one sample through the backend; a broken model (wrong graph, NaN weights) raises a
+    one-line RuntimeError here, before the server reports ready."""
+    try:
+        result = pruner.prune(
+            "When was the tower built?",
+            ["The tower was built in 1889. It is made of iron.", "Bananas are yellow."],
+            dedup=False,
+        )
+    except Exception as exc:
+        raise RuntimeError(
+            f"model self-check failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        ) from None
+    scores = [s.score for p in result.passages for s in p.sentences] + [p.relevance for p in result.passages]
+    if not scores or not np.all(np.isfinite(scores)):
+        raise RuntimeError("model self-check failed: the model returns non-finite scores")
+
+
+def _validation_error_detail(exc) -> list[dict]:
+    """Pydantic errors without the offending input (it may not even be encodable)."""
+    out = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        out.append({"field": loc, "error": str(e.get("msg", "invalid"))[:200]})
+    return out
 
 
 def create_app(
@@ -153,14 +251,26 @@ def create_app(
     max_batch: int = 32,
     max_wait_ms: float = 5.0,
     batching: bool = True,
+    api_key: str | None = None,
+    check: bool = True,
 ):
-    """The FastAPI app. ``batching=False`` runs each request alone (for benchmarks)."""
+    """The FastAPI app. ``batching=False`` runs each request alone (for benchmarks); with
+    ``api_key`` every route but ``/health`` needs ``Authorization: Bearer <api_key>``; ``check``
+    runs :func:`self_check` first.
+
+    Raises:
+        RuntimeError: the self-check failed (the model cannot serve).
+    """
+    import hmac
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
     limits = limits or ServerLimits()
+    if check:
+        self_check(pruner)
     metrics = Metrics()
     batcher = MicroBatcher(
         pruner, metrics, max_batch=max_batch if batching else 1, max_wait_ms=max_wait_ms if batching else 0.0
@@ -173,24 +283,57 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="pruner", version="0.1.0", lifespan=lifespan)
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return JSONResponse({"detail": _validation_error_detail(exc)}, status_code=422)
 
     @app.middleware("http")
-    async def limit_body(request: Request, call_next):
+    async def guard(request: Request, call_next):
+        if expected is not None and request.url.path != "/health":
+            given = request.headers.get("authorization", "").encode("latin-1", "replace")
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse(
+                    {"detail": "missing or wrong API key (Authorization: Bearer ...)"}, status_code=401
+                )
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
             return JSONResponse(
                 {"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413
             )
-        if length is None and request.method == "POST":
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limits.max_body_bytes:
-                    return JSONResponse(
-                        {"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413
-                    )
-            request._body = body
+        if request.method == "POST":
+            body = bytearray()
+
+            async def read() -> JSONResponse | None:
+                async for chunk in request.stream():
+                    body.extend(chunk)
+                    if len(body) > limits.max_body_bytes:
+                        return JSONResponse(
+                            {"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413
+                        )
+                return None
+
+            try:
+                too_big = await asyncio.wait_for(read(), limits.body_timeout_s)
+            except asyncio.TimeoutError:
+                return JSONResponse(
+                    {"detail": f"request body not received within {limits.body_timeout_s:g} s"},
+                    status_code=408,
+                )
+            if too_big is not None:
+                return too_big
+            request._body = bytes(body)
         return await call_next(request)
+
+    # added last, so outermost: it also counts what the guard refuses
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.url.path if request.url.path in KNOWN_ROUTES else "other"
+        metrics.record_http(route, response.status_code, time.perf_counter() - t0)
+        return response
 
     def to_request(body: PruneBody) -> PruneRequest:
         if len(body.query) > limits.max_query_chars:
@@ -210,21 +353,37 @@ def create_app(
             settings["must_keep"] = tuple(settings["must_keep"])
         try:
             params = pruner.selection_params(SelectionParams(), **settings)
+            # checked and segmented now: a batch never fails on this request's text
+            return pruner.prepare(PruneRequest(body.query, passages, params))
         except (ValueError, TypeError) as exc:
             raise HTTPException(422, str(exc)) from None
-        return PruneRequest(body.query, passages, params)
+
+    def check_cost(requests: list[PruneRequest]) -> None:
+        texts = [p.text for r in requests for p in r.prepared]
+        tokens = (
+            sum(len(ids) for ids in pruner.tokenizer(texts, add_special_tokens=False)["input_ids"])
+            if texts
+            else 0
+        )
+        if tokens > limits.max_request_tokens:
+            raise HTTPException(
+                413, f"request has {tokens} passage tokens, over the limit of {limits.max_request_tokens}"
+            )
 
     async def serve(requests: list[PruneRequest]):
         t0 = time.perf_counter()
+        check_cost(requests)
         try:
-            results = await batcher.submit(requests)
+            results = await asyncio.wait_for(batcher.submit(requests), limits.deadline_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(504, f"not answered within the {limits.deadline_s:g} s deadline") from None
         except (ValueError, TypeError) as exc:
-            with metrics.lock:
-                metrics.errors += 1
             raise HTTPException(422, str(exc)) from None
         latency = time.perf_counter() - t0
         for r in results:
-            metrics.record(latency, len(r.passages), r.stats.tokens_in, r.stats.tokens_out)
+            metrics.record(
+                latency, len(r.passages), r.stats.tokens_in, r.stats.tokens_out, r.stats.cost_saved or 0.0
+            )
         return [r.to_dict() for r in results]
 
     @app.post("/v1/prune")
@@ -246,9 +405,53 @@ def create_app(
             "max_length": pruner.config.max_length,
         }
 
-    @app.get("/metrics")
-    async def get_metrics():
+    @app.post("/v1/rerank")
+    async def rerank(body: RerankBody):
+        """Cohere/TEI-shaped reranking by the relevance head (the order of ContextPruner.rank)."""
+        if len(body.documents) > limits.max_passages:
+            raise HTTPException(422, f"over {limits.max_passages} documents")
+        for i, d in enumerate(body.documents):
+            if len(d) > limits.max_passage_chars:
+                raise HTTPException(422, f"document {i} over {limits.max_passage_chars} characters")
+        try:
+            req = pruner.prepare(PruneRequest(body.query, list(body.documents), pruner.selection_params()))
+        except (ValueError, TypeError) as exc:
+            raise HTTPException(422, str(exc)) from None
+        check_cost([req])
+        loop = asyncio.get_running_loop()
+        try:
+            if body.return_pruned:
+                result = (await asyncio.wait_for(batcher.submit([req]), limits.deadline_s))[0]
+                relevance = [p.relevance for p in result.passages]
+            else:
+                fut = loop.run_in_executor(None, pruner.rank, body.query, list(body.documents))
+                ranked = await asyncio.wait_for(fut, limits.deadline_s)
+                relevance = [0.0] * len(body.documents)
+                for r in ranked:
+                    relevance[r.index] = r.relevance
+        except asyncio.TimeoutError:
+            raise HTTPException(504, f"not answered within the {limits.deadline_s:g} s deadline") from None
+        order = sorted(range(len(relevance)), key=lambda i: -relevance[i])[: body.top_n]
+        results = []
+        for i in order:
+            item = {"index": i, "relevance_score": relevance[i]}
+            if body.return_documents:
+                item["document"] = {"text": body.documents[i]}
+            if body.return_pruned:
+                item["pruned_text"] = result.passages[i].text
+            results.append(item)
+        return {"results": results}
+
+    @app.get("/v1/stats")
+    async def stats():
         return metrics.snapshot()
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        from fastapi.responses import Response
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.state.metrics = metrics
     return app

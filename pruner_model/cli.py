@@ -22,6 +22,7 @@ COMMANDS = {
     "prune": ("pruner_model.inference.cli", "prune_main", "prune passages for a query"),
     "export": ("pruner_model.inference.cli", "export_main", "export a checkpoint to ONNX"),
     "serve": ("pruner_model.inference.cli", "serve_main", "serve a pruner over HTTP"),
+    "mcp": ("pruner_model.integrations.mcp", "mcp_main", "serve a pruner as an MCP tool (stdio)"),
 }
 
 

@@ -24,7 +24,8 @@ Forward = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """Logistic function, float64, without overflow warnings for large negative logits."""
     x = np.asarray(x, dtype=np.float64)
-    return np.exp(-np.logaddexp(0.0, -x))
+    with np.errstate(invalid="ignore"):  # NaN logits stay NaN (the caller checks), silently
+        return np.exp(-np.logaddexp(0.0, -x))
 
 
 def pad_rows(rows: Sequence[Sequence[int]], fill: int, width: int | None = None) -> np.ndarray:
@@ -69,6 +70,7 @@ def score_windows(
     input_names: Sequence[str],
     pad_id: int,
     batch_size: int = 32,
+    progress_above: int | None = None,
 ) -> WindowScores:
     """Score every window (longest first, each batch padded only to its own longest window) and
     turn token probabilities into unit scores of each pair.
@@ -80,6 +82,7 @@ def score_windows(
         input_names: the inputs ``forward`` takes; names the tokenizer did not produce are skipped.
         pad_id: the tokenizer's pad token id.
         batch_size: windows per forward call.
+        progress_above: show a progress bar (stderr) when there are more windows than this.
 
     Returns:
         :class:`WindowScores`, ``pairs[i]`` for ``bounds[i]``.
@@ -91,6 +94,11 @@ def score_windows(
     relevance = np.zeros(len(windows))
     order = np.argsort(-windows.lengths, kind="stable")
     encoder_seconds = 0.0
+    bar = None
+    if progress_above is not None and len(windows) > progress_above:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(windows), desc="scoring", unit="window")
     for b in range(0, len(order), batch_size):
         idx = order[b : b + batch_size]
         batch = {n: pad_rows([windows.features[n][w] for w in idx], pad_value(n, pad_id)) for n in names}
@@ -101,6 +109,10 @@ def score_windows(
         relevance[idx] = sigmoid(relevance_logits)
         for row, w in enumerate(idx):
             probs[w] = token_probs[row, : windows.lengths[w]]
+        if bar is not None:
+            bar.update(len(idx))
+    if bar is not None:
+        bar.close()
     pairs = []
     for i, (starts, ends) in enumerate(bounds):
         ws = windows.windows_of(i)
@@ -125,10 +137,12 @@ def score_pairs(
     bounds: Sequence[tuple[np.ndarray, np.ndarray]],
     input_names: Sequence[str],
     batch_size: int = 32,
+    progress_above: int | None = None,
 ) -> WindowScores:
     """:func:`score_windows` over ``(queries[i], texts[i])`` pairs, windowed as ``config``
     (``max_length``, ``stride``, ``max_query_length``) says."""
     windows = encode_pairs(
         tokenizer, queries, texts, config.max_length, config.stride, config.max_query_length
     )
-    return score_windows(forward, windows, bounds, input_names, tokenizer.pad_token_id or 0, batch_size)
+    pad = tokenizer.pad_token_id or 0
+    return score_windows(forward, windows, bounds, input_names, pad, batch_size, progress_above)

@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeOpenAI:
-    def __init__(self, script=None, default="ok", slow_seconds=3.0):
+    def __init__(self, script=None, default="ok", slow_seconds=3.0, retry_after="0.01"):
+        self.retry_after = retry_after
         self.script = list(script or [])
         self.default = default
         self.slow_seconds = slow_seconds
@@ -41,7 +42,9 @@ class FakeOpenAI:
                     time.sleep(fake.slow_seconds)
                     action = "ok"
                 if action == "429":
-                    return self._send(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0.01"})
+                    return self._send(
+                        429, {"error": {"message": "rate limited"}}, {"Retry-After": fake.retry_after}
+                    )
                 if action == "500":
                     return self._send(500, {"error": {"message": "boom"}})
                 if action == "bad_request":

@@ -44,7 +44,7 @@ def test_batch_health_metrics(client):
     r = client.post("/v1/prune/batch", json=body)
     assert r.status_code == 200 and len(r.json()["results"]) == 2
     assert client.get("/health").json()["status"] == "ok"
-    m = client.get("/metrics").json()
+    m = client.get("/v1/stats").json()
     assert m["requests"] == 2 and m["passages"] == 3 and m["latency_ms"]["p50"] > 0
 
 
@@ -100,6 +100,49 @@ def test_concurrent_burst_is_batched_and_correct(client):
         assert [[round(s["score"], 4) for s in p["sentences"]] for p in got["passages"]] == [
             [round(s["score"], 4) for s in p["sentences"]] for p in expected[q]
         ]
-    m = client.get("/metrics").json()
+    m = client.get("/v1/stats").json()
     assert m["requests"] == len(queries)
     assert m["mean_queries_per_batch"] > 1.0  # requests were scored together
+
+
+def test_rerank_orders_like_rank_and_prometheus_metrics_parse(client):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    docs = ["Bananas are yellow.", "The tower was built in 1889. It is iron.", "Paris is in France."]
+    r = client.post("/v1/rerank", json={"query": "When was the tower built?", "documents": docs, "top_n": 2})
+    assert r.status_code == 200, r.text
+    ranked = client.pruner.rank("When was the tower built?", docs)
+    assert [x["index"] for x in r.json()["results"]] == [x.index for x in ranked][:2]
+    assert [x["relevance_score"] for x in r.json()["results"]] == pytest.approx(
+        [x.relevance for x in ranked][:2], abs=1e-6
+    )
+    full = client.post(
+        "/v1/rerank",
+        json={
+            "query": "When was the tower built?",
+            "documents": docs,
+            "return_documents": True,
+            "return_pruned": True,
+        },
+    ).json()["results"]
+    assert [x["index"] for x in full] == [x.index for x in ranked]
+    assert full[0]["document"]["text"] == docs[full[0]["index"]] and "pruned_text" in full[0]
+    # money saved when the caller gives a price
+    p = client.post(
+        "/v1/prune", json={"query": "q?", "passages": docs, "threshold": 1.0, "price_per_million_tokens": 2.5}
+    ).json()
+    assert p["stats"]["tokens_saved"] == p["stats"]["tokens_in"] > 0
+    assert p["stats"]["cost_saved"] == pytest.approx(p["stats"]["tokens_in"] / 1e6 * 2.5)
+    client.post("/v1/prune", json={"query": "q?", "passages": docs, "threshold": 7})  # a 422
+    text = client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    codes = {
+        (s.labels["route"], s.labels["code"])
+        for s in families["pruner_http_requests"].samples
+        if s.name.endswith("_total")
+    }
+    assert ("/v1/rerank", "200") in codes and ("/v1/prune", "422") in codes
+    assert families["pruner_cost_saved_usd"].samples[0].value == pytest.approx(p["stats"]["cost_saved"])
+    assert "pruner_request_seconds" in families and "pruner_queries_per_encoder_batch" in families
+    stats = client.get("/v1/stats").json()
+    assert stats["cost_saved_usd"] == pytest.approx(p["stats"]["cost_saved"]) and stats["errors"] >= 1

@@ -102,7 +102,9 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert {r["relevance_exponent"] for r in saved["calibration"]["candidates"]} == {0.0, 1.0}
     # the threshold meets the target on the noisy slice too: it is the lower of the two slices'
     slices = saved["calibration"]["slice_thresholds"]
-    assert set(slices) == {"as_is", "noisy"} and loaded.config.threshold == pytest.approx(min(slices.values()))
+    assert set(slices) == {"as_is", "noisy"} and loaded.config.threshold == pytest.approx(
+        min(slices.values())
+    )
     assert loaded.config.uncertainty_threshold == saved["calibration"]["uncertainty_threshold"]
     # the published folder carries a model card; the resumable state lives beside it
     card = (out / "README.md").read_text()

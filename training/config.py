@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +13,10 @@ import yaml
 
 class ConfigError(ValueError):
     """A config file or override that cannot be used; the message is one line."""
+
+
+# dev metrics that can pick the published step (higher is better)
+BEST_METRICS = ("compression_at_target", "token_auc", "f1", "f2", "compression", "evidence_preserved")
 
 
 @dataclass
@@ -143,11 +148,35 @@ class TrainConfig:
     calibration: CalibrationSection = field(default_factory=CalibrationSection)
 
     def __post_init__(self) -> None:
+        for section in dataclasses.fields(self):  # NaN or infinity is never a setting
+            sec = getattr(self, section.name)
+            for f in dataclasses.fields(sec):
+                values = getattr(sec, f.name)
+                for v in values if isinstance(values, list) else [values]:
+                    if isinstance(v, float) and not math.isfinite(v):
+                        raise ConfigError(f"{section.name}.{f.name} must be a finite number, got {v}")
         t = self.train
         if t.batch_size < 1 or t.grad_accum < 1:
             raise ConfigError("train.batch_size and train.grad_accum must be >= 1")
         if t.lr <= 0 or t.head_lr <= 0:
             raise ConfigError("learning rates must be > 0")
+        if t.max_steps is not None and t.max_steps < 1:
+            raise ConfigError(f"train.max_steps must be >= 1 (or null), got {t.max_steps}")
+        if t.max_grad_norm < 0 or t.weight_decay < 0:
+            raise ConfigError("train.max_grad_norm and train.weight_decay must be >= 0")
+        for name in ("eval_every", "save_every", "num_workers"):
+            if getattr(t, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0")
+        if t.log_every < 1:
+            raise ConfigError("train.log_every must be >= 1")
+        if t.best_metric not in BEST_METRICS:
+            raise ConfigError(
+                f"train.best_metric must be one of {', '.join(BEST_METRICS)}, got {t.best_metric!r}"
+            )
+        if self.model.max_length < 16 or self.model.max_query_length < 1:
+            raise ConfigError("model.max_length must be >= 16 and model.max_query_length >= 1")
+        if not 0 <= self.model.head_dropout < 1:
+            raise ConfigError("model.head_dropout must be in [0, 1)")
         if not 0 <= t.warmup_ratio < 1:
             raise ConfigError("train.warmup_ratio must be in [0, 1)")
         if t.max_steps is None and t.epochs <= 0:

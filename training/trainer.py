@@ -108,6 +108,12 @@ def _build_model(cfg: TrainConfig):
         tok = AutoTokenizer.from_pretrained(path)
     if not getattr(tok, "is_fast", False):
         raise ValueError("the backbone needs a fast tokenizer (offset mapping)")
+    max_pos = getattr(model.config.encoder_config, "max_position_embeddings", None)
+    if max_pos is not None and m.max_length > max_pos:
+        raise ValueError(
+            f"model.max_length {m.max_length} is over the backbone's {max_pos} positions: every longer "
+            "window would fail at inference"
+        )
     return model, tok
 
 

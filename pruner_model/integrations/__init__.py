@@ -1,0 +1,3 @@
+"""Adapters for the frameworks RAG pipelines are built with. Each module imports its framework
+and needs its extra: ``pip install "pruner-model[langchain]"`` (``llama-index``, ``haystack``,
+``mcp``, ``ray``)."""
