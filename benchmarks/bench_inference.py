@@ -160,7 +160,7 @@ def bench_server(
             th.join()
         dt = time.perf_counter() - t
         n = clients * per_client
-        metrics = httpx.get(url + "/metrics").json()
+        metrics = httpx.get(url + "/v1/stats").json()
         return {
             "requests_per_s": n / dt,
             "pairs_per_s": n * 5 / dt,

@@ -20,6 +20,15 @@ class Backend(Protocol):
     def __call__(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has native bf16 matrix instructions (AVX-512 BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 class TorchBackend:
     """Runs a :class:`pruner_model.PrunerModel` in eval mode under ``torch.inference_mode``."""
 
@@ -34,6 +43,12 @@ class TorchBackend:
         self.model = model.to(self.device).eval()
         if dtype not in (None, "bf16", "fp16"):
             raise ValueError(f"dtype must be None, 'bf16' or 'fp16', got {dtype!r}")
+        if self.device.type == "cpu" and dtype == "fp16":
+            raise ValueError("dtype 'fp16' is for GPUs; on a CPU use 'bf16' (AVX-512 BF16 or AMX) or fp32")
+        if self.device.type == "cpu" and dtype == "bf16" and not cpu_has_bf16():
+            raise ValueError(
+                "dtype 'bf16' needs a CPU with AVX-512 BF16 or AMX; this one has neither (use fp32)"
+            )
         self.dtype = dtype
         self.input_names = ["input_ids", "attention_mask", "token_type_ids"]
 

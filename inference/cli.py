@@ -158,6 +158,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the best available)")
+    p.add_argument(
+        "--dtype",
+        choices=["bf16", "fp16"],
+        default=None,
+        help="torch backend: run the encoder under autocast",
+    )
     p.add_argument("--max-batch", type=int, default=32, help="queries per encoder micro-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for more requests this long")
     p.add_argument("--max-body-bytes", type=int, default=2_000_000)
@@ -202,8 +208,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     from .pruner import ContextPruner
     from .server import ServerLimits, create_app
 
+    extra = {"dtype": args.dtype} if args.dtype else {}
     pruner = ContextPruner.from_pretrained(
-        model_dir, backend=args.backend, device=args.device, quantized=args.quantized
+        model_dir, backend=args.backend, device=args.device, quantized=args.quantized, **extra
     )
     limits = ServerLimits(
         max_body_bytes=args.max_body_bytes,

@@ -144,6 +144,8 @@ class ContextPruner:
         elif backend == "onnx":
             from .onnx_backend import OnnxBackend
 
+            if backend_kwargs.pop("dtype", None):
+                raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
             impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
         else:
             raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
