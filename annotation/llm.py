@@ -23,6 +23,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from pruner_model.records import repair_jsonl
+
 from .prompt import (
     PROMPT_VERSION,
     InvalidAnswer,
@@ -98,20 +100,6 @@ class EndpointDown(RuntimeError):
 
 def estimate_tokens(messages: list[dict]) -> int:
     return sum(len(m["content"]) for m in messages) // 4 + 16
-
-
-def repair_jsonl(path: Path) -> int:
-    """Cut a half-written last line (no trailing newline) off an append-only JSONL file.
-    Returns the number of bytes removed."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return 0
-    with open(path, "rb+") as fh:
-        data = fh.read()
-        if data.endswith(b"\n"):
-            return 0
-        keep = data.rfind(b"\n") + 1
-        fh.truncate(keep)
-        return len(data) - keep
 
 
 def _read_jsonl_lenient(path: Path) -> Iterable[dict]:

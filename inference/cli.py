@@ -55,21 +55,58 @@ def _prune_parser() -> argparse.ArgumentParser:
         "highlighted page (html) to stdout or --output.",
     )
     p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
-    p.add_argument("--query", required=True, help="the question the context must answer")
-    p.add_argument("--passages", required=True, help="passages file: .json, .jsonl or .txt")
+    p.add_argument("--query", default=None, help="the question the context must answer")
+    p.add_argument("--passages", default=None, help="passages file: .json, .jsonl or .txt")
+    p.add_argument(
+        "--input",
+        default=None,
+        help="batch mode: a JSONL of raw groups {id, query, passages}; one output line per group "
+        "({id, ...result}) appended to --output, resumable",
+    )
+    p.add_argument(
+        "--shard", default=None, metavar="K/N", help="batch mode: only this shard of the ids (stable hash)"
+    )
+    p.add_argument("--batch-size", type=int, default=16, help="batch mode: queries per encoder run")
     add_selection_arguments(p)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--format", choices=["text", "json", "html"], default="text")
-    p.add_argument("--output", default=None, help="write here instead of stdout")
+    p.add_argument("--output", default=None, help="write here instead of stdout (batch mode: required)")
     return p
+
+
+def _prune_file_main(args, overrides: dict) -> int:
+    from .batch import parse_shard, prune_file
+    from .pruner import ContextPruner
+
+    if args.query is not None or args.passages is not None:
+        raise ValueError("--input (batch mode) replaces --query/--passages")
+    if not args.output:
+        raise ValueError("--input needs --output (the JSONL the results are appended to)")
+    shard = parse_shard(args.shard)
+    if not Path(args.input).is_file():
+        raise FileNotFoundError(f"no such file: {args.input}")
+    pruner = ContextPruner.from_pretrained(existing_model_dir(args.model), backend=args.backend)
+    params = pruner.selection_params(**overrides)
+    stats = prune_file(pruner, args.input, args.output, params, shard, args.batch_size)
+    rate = stats.done / stats.seconds if stats.seconds else 0.0
+    print(
+        f"{stats.done} groups pruned ({rate:.1f} queries/s), {stats.skipped} already in {args.output}"
+        + (f", {stats.other_shards} in other shards" if stats.other_shards else ""),
+        file=sys.stderr,
+    )
+    return 0
 
 
 def prune_main(argv: list[str] | None = None) -> int:
     args = _prune_parser().parse_args(argv)
-    if not args.query.strip():
-        raise ValueError("--query is empty")
     overrides = selection_overrides(args)
     SelectionParams().replace(**overrides)  # a bad setting fails before the model loads
+    if args.input is not None:
+        return _prune_file_main(args, overrides)
+    if args.query is None or args.passages is None:
+        raise ValueError("give --query and --passages (or --input for a file of groups)")
+    if not args.query.strip():
+        raise ValueError("--query is empty")
     passages = load_passages(args.passages)
     model_dir = existing_model_dir(args.model)
     from .pruner import ContextPruner

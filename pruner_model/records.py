@@ -123,3 +123,18 @@ def validate_labeled(rec: dict, where: str = "") -> dict:
         ):
             raise RecordError(f"{prefix}record {rec['id']!r} has a bad span {sp!r} (context length {n})")
     return rec
+
+
+def repair_jsonl(path: str | Path) -> int:
+    """Cut a half-written last line (no trailing newline) off an append-only JSONL file, so a run
+    that crashed mid-write can resume appending. Returns the number of bytes removed."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        fh.truncate(keep)
+        return len(data) - keep
