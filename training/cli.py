@@ -49,6 +49,8 @@ def train_main(argv: list[str] | None = None) -> int:
     metrics = train(cfg, output, resume=args.resume, stop_after=args.stop_after)
     if metrics.get("interrupted"):
         return 130
+    if "rank" in metrics:  # another process of `accelerate launch` published the checkpoint
+        return 0
     summary = {k: v for k, v in metrics.get("dev", {}).items()}
     print(json.dumps({"output": output, "dev": summary}, indent=2))
     print(f"checkpoint: {output} (metrics in {Path(output) / 'metrics.json'})", file=sys.stderr)

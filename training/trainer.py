@@ -150,7 +150,10 @@ class Trainer:
         if mp == "auto":
             mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
         self.mixed_precision = mp
-        self.accelerator = Accelerator(mixed_precision=mp, gradient_accumulation_steps=t.grad_accum)
+        # no GPU: CPU processes (gloo) when launched as several, e.g. by accelerate launch / torchrun
+        self.accelerator = Accelerator(
+            mixed_precision=mp, gradient_accumulation_steps=t.grad_accum, cpu=not torch.cuda.is_available()
+        )
         set_seed(t.seed)
         for folder in (self.state_dir, self.best_dir):
             _recover(folder)
@@ -161,22 +164,27 @@ class Trainer:
                 f"{self.out} already has a run ({self.state_root}): pass --resume to continue or choose "
                 "another --output"
             )
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.accelerator.wait_for_everyone()  # every rank checked before rank 0 creates anything
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
         if self.model is None:
             self.model, self.tokenizer = _build_model(self.cfg)
         self._load_data()
-        self.loader, self.sampler = self._build_loader()
-        steps_per_epoch = math.ceil(len(self.sampler) / t.grad_accum)
+        loader, self.sampler = self._build_loader()
+        # with N processes the loader is sharded: each optimizer step consumes N batches
+        self.loader = self.accelerator.prepare(loader)
+        steps_per_epoch = math.ceil(len(self.loader) / t.grad_accum)
         self.total_steps = t.max_steps or max(1, math.ceil(steps_per_epoch * t.epochs))
         optimizer = torch.optim.AdamW(_param_groups(self.model, self.cfg))
+        n = self.accelerator.num_processes  # accelerate steps a prepared scheduler once per process
         scheduler = get_scheduler(
             t.scheduler,
             optimizer,
-            num_warmup_steps=int(t.warmup_ratio * self.total_steps),
-            num_training_steps=self.total_steps,
+            num_warmup_steps=int(t.warmup_ratio * self.total_steps) * n,
+            num_training_steps=self.total_steps * n,
         )
-        self.model, self.optimizer, self.loader, self.scheduler = self.accelerator.prepare(
-            self.model, optimizer, self.loader, scheduler
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(
+            self.model, optimizer, scheduler
         )
         self.unwrapped = self.accelerator.unwrap_model(self.model)
         if resume:
@@ -185,8 +193,13 @@ class Trainer:
             if not self.quiet:
                 s = self.state
                 log(f"resumed at step {s['step']} (epoch {s['epoch']}, batch {s['batch_in_epoch']})")
-        with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
-            yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+        if self.is_main:
+            with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
+                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
 
     def _load_data(self) -> None:
         d, mc = self.cfg.data, self.model.config
@@ -208,7 +221,7 @@ class Trainer:
             if eval_groups
             else None
         )
-        if not self.quiet:
+        if not self.quiet and self.is_main:
             log(train_report.line("train"))
             log(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
 
@@ -253,9 +266,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation and state
     def evaluate(self) -> dict | None:
-        """Dev metrics at the current step; a better (finite) ``best_metric`` saves ``best/``."""
+        """Dev metrics at the current step; a better (finite) ``best_metric`` saves ``best/``.
+        Runs on the main process; the others wait."""
         if self.dev is None:
             return None
+        if not self.is_main:
+            self.accelerator.wait_for_everyone()
+            return None
+        try:
+            return self._evaluate()
+        finally:
+            self.accelerator.wait_for_everyone()
+
+    def _evaluate(self) -> dict:
         t, mc, state = self.cfg.train, self.unwrapped.config, self.state
         groups, auc = score_dev(
             self.unwrapped,
@@ -281,13 +304,34 @@ class Trainer:
         return m
 
     def save_state(self) -> None:
-        """Resumable state, swapped in whole: a crash while saving leaves the previous one."""
+        """Resumable state, swapped in whole: a crash while saving leaves the previous one.
+        Every process saves its part (its RNG state); the main one writes the step and swaps."""
         tmp = self.state_dir.with_name(self.state_dir.name + ".tmp")
-        if tmp.exists():
+        if self.is_main and tmp.exists():
             shutil.rmtree(tmp)
+        self.accelerator.wait_for_everyone()
         self.accelerator.save_state(str(tmp))
-        (tmp / STATE_FILE).write_text(json.dumps(self.state))
-        _swap_in(tmp, self.state_dir)
+        self.accelerator.wait_for_everyone()
+        if self.is_main:
+            (tmp / STATE_FILE).write_text(json.dumps(self.state))
+            _swap_in(tmp, self.state_dir)
+        self.accelerator.wait_for_everyone()
+
+    def check_replicas(self) -> str:
+        """A digest of the weights, checked equal on every process (data-parallel replicas must
+        not drift); raises RuntimeError when they differ."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for _, p in sorted(self.unwrapped.state_dict().items()):
+            h.update(p.detach().float().cpu().numpy().tobytes())
+        digest = h.hexdigest()[:16]
+        if self.accelerator.num_processes > 1:
+            code = torch.tensor([int(digest, 16) % (2**62)], device=self.accelerator.device)
+            every = self.accelerator.gather(code)
+            if not bool((every == every[0]).all()):
+                raise RuntimeError("the processes' weights differ: data-parallel training went out of sync")
+        return digest
 
     # ------------------------------------------------------------------ the loop
     def fit(self, stop_after: int | None = None) -> bool:
@@ -343,6 +387,8 @@ class Trainer:
             bar.close()
         self.save_state()
         if interrupted:
+            if not self.is_main:
+                return False
             log(
                 f"stopped at step {state['step']}/{self.total_steps}; state saved in {self.state_dir}; "
                 "continue with --resume"
@@ -350,6 +396,9 @@ class Trainer:
             return False
         self.evaluate()
         self.save_state()
+        digest = self.check_replicas()
+        if self.accelerator.num_processes > 1 and self.is_main and not self.quiet:
+            log(f"weights identical on {self.accelerator.num_processes} processes (sha256 {digest})")
         return True
 
     # ------------------------------------------------------------------ publish
@@ -399,6 +448,8 @@ def train(
     trainer.setup(resume=resume)
     if not trainer.fit(stop_after=stop_after):
         return {"interrupted": True, "step": trainer.state["step"]}
+    if not trainer.is_main:  # calibration, report and publishing happen once, on the main process
+        return {"rank": trainer.accelerator.process_index}
     return trainer.finalize()
 
 
