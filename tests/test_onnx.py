@@ -174,11 +174,12 @@ def test_query_match_model_exports_and_matches_torch(tmp_path, bert_tokenizer):
 
 
 def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monkeypatch, capsys):
+    import shutil
+
     import pruner_model.inference.onnx_export as ox
+
     from pruner_model.config_io import read_threshold
     from tests.test_evaluate import records
-
-    import shutil
 
     data = tmp_path / "dev.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records()))
