@@ -18,13 +18,14 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from pruner_model.records import repair_jsonl
 
+from .agreement import compare_with_gold  # noqa: F401  (re-exported: part of this module's API)
 from .prompt import (
     PROMPT_VERSION,
     InvalidAnswer,
@@ -35,6 +36,7 @@ from .prompt import (
     request_key,
     response_schema,
 )
+from .resume import drop_partial_groups, read_jsonl_lenient
 
 
 @dataclass
@@ -100,21 +102,6 @@ class EndpointDown(RuntimeError):
 
 def estimate_tokens(messages: list[dict]) -> int:
     return sum(len(m["content"]) for m in messages) // 4 + 16
-
-
-def _read_jsonl_lenient(path: Path) -> Iterable[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
 
 
 class Annotator:
@@ -293,7 +280,7 @@ class Annotator:
     # ------------------------------------------------------------------ cache
     def open_cache(self, path: Path) -> None:
         repair_jsonl(path)
-        for obj in _read_jsonl_lenient(path):
+        for obj in read_jsonl_lenient(path):
             if isinstance(obj.get("key"), str) and isinstance(obj.get("content"), str):
                 self.cache[obj["key"]] = obj["content"]
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,7 +310,7 @@ class Annotator:
         output.parent.mkdir(parents=True, exist_ok=True)
         repair_jsonl(output)
         repair_jsonl(rejects)
-        todo = self._drop_partial_groups(groups, output)
+        todo = drop_partial_groups(groups, output)
         self.acc.add(groups_skipped=len(groups) - len(todo))
         t0 = time.perf_counter()
         unreachable: list[dict] = []  # groups that failed to connect since the endpoint last answered
@@ -407,80 +394,3 @@ class Annotator:
                 "and run the same command again to resume"
             )
         return self.acc
-
-    @staticmethod
-    def _drop_partial_groups(groups: list[dict], output: Path) -> list[dict]:
-        """The groups still to label; lines of partly written groups are removed from ``output``.
-
-        A record belongs to group ``g`` when its id is ``f"{g}/{passage id}"`` for one of the
-        group's passages and its ``meta.group`` (written since records carry it) is ``g``."""
-
-        def owner(r: dict) -> tuple[str | None, str]:
-            meta = r.get("meta") if isinstance(r.get("meta"), dict) else {}
-            group = meta.get("group")
-            return (None if group is None else str(group)), str(r.get("id", ""))
-
-        written = [owner(r) for r in _read_jsonl_lenient(output)]
-        by_id: dict[str, set[str | None]] = {}
-        for group, rid in written:
-            by_id.setdefault(rid, set()).add(group)
-        todo, partial = [], set()
-        for g in groups:
-            gid = str(g["id"])
-            want = [f"{gid}/{p.get('id', i)}" for i, p in enumerate(g["passages"])]
-            have = [rid for rid in want if by_id.get(rid, set()) & {gid, None}]
-            if len(have) == len(want):
-                continue
-            todo.append(g)
-            partial.update((gid, rid) for rid in have)
-        if partial:
-            partial_ids = {rid for _, rid in partial}
-            kept = []
-            for line in output.read_text(encoding="utf-8").splitlines(keepends=True):
-                try:
-                    group, rid = owner(json.loads(line))
-                except (json.JSONDecodeError, AttributeError):
-                    group, rid = None, ""
-                if not ((group, rid) in partial or (group is None and rid in partial_ids)):
-                    kept.append(line)
-            tmp = output.with_name(output.name + ".tmp")
-            tmp.write_text("".join(kept), encoding="utf-8")
-            os.replace(tmp, output)
-        return todo
-
-
-def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict:
-    """Agreement of LLM labels with gold labels on the passages both label.
-
-    Sentence precision/recall/F1 over units (a unit is relevant when it overlaps a relevant span),
-    and the share of passages where the relevant/irrelevant call agrees."""
-    from pruner_model import segment
-    from pruner_model.alignment import unit_labels
-
-    gold = {r["id"]: r for r in gold_records}
-    tp = fp = fn = 0
-    agree = n = 0
-    for r in llm_records:
-        g = gold.get(r["id"])
-        if g is None or g["context"] != r["context"]:
-            continue
-        n += 1
-        units = segment(r["context"])
-
-        a, b = (
-            unit_labels(units, r["relevant_spans"]).tolist(),
-            unit_labels(units, g["relevant_spans"]).tolist(),
-        )
-        tp += sum(x and y for x, y in zip(a, b))
-        fp += sum(x and not y for x, y in zip(a, b))
-        fn += sum(y and not x for x, y in zip(a, b))
-        agree += int(any(a) == any(b))
-    p = tp / (tp + fp) if tp + fp else 0.0
-    rc = tp / (tp + fn) if tp + fn else 0.0
-    return {
-        "passages_compared": n,
-        "sentence_precision": p,
-        "sentence_recall": rc,
-        "sentence_f1": 2 * p * rc / (p + rc) if p + rc else 0.0,
-        "relevance_agreement": agree / n if n else float("nan"),
-    }

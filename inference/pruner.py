@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 
@@ -14,72 +14,22 @@ from pruner_model import PrunerConfig, segment
 from pruner_model.alignment import unit_bounds
 from pruner_model.metrics import relevance_weighted
 from pruner_model.scoring import PairScores, score_pairs
-from pruner_model.segmentation import Unit
 
 from .backends import Backend, TorchBackend
-from .results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
+from .loading import is_onnx_folder, resolve_model_path
+from .requests import PassageInput, PruneRequest, _check_text, _Passage  # noqa: F401  (PruneRequest: public here too)
+from .results import (
+    PassageResult,
+    PassageScores,
+    PruneResult,
+    PruneStats,
+    RankedPassage,
+    SentenceResult,
+    Span,
+    join_spans,
+    with_timings,
+)
 from .selection import SelectionParams, Units, merge_spans, select, uncertainty
-
-PassageInput = str | Mapping[str, str]
-
-
-@dataclass
-class PruneRequest:
-    """One query with its passages and its own selection settings."""
-
-    query: str
-    passages: Sequence[PassageInput] | PassageInput
-    params: SelectionParams
-    prepared: list | None = None  # the segmented passages, once ContextPruner.prepare() checked them
-
-
-@dataclass
-class _Passage:
-    id: str
-    title: str | None
-    text: str
-    units: list[Unit]
-
-
-class PassageScores(NamedTuple):
-    """What :meth:`ContextPruner.score` returns."""
-
-    sentence_scores: list[np.ndarray]  # per passage: [n_units] scores
-    relevance: np.ndarray  # [n_passages] relevance probabilities
-    units: list[list[Unit]]  # per passage: the scored units (char offsets)
-
-
-class RankedPassage(NamedTuple):
-    """One entry of :meth:`ContextPruner.rank`."""
-
-    index: int  # position in the input passages
-    id: str
-    relevance: float
-
-
-def resolve_model_path(path: str | Path) -> Path:
-    """A local folder as is; otherwise a hub repo id (``owner/name``) fetched into the hub cache."""
-    local = Path(path)
-    if local.exists() or str(path).count("/") != 1 or str(path).startswith((".", "/", "~")):
-        return local
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        return Path(
-            snapshot_download(
-                str(path),
-                allow_patterns=["*.json", "*.safetensors", "*.onnx", "*.txt", "*.model", "README.md"],
-            )
-        )
-    except (HFValidationError, LocalEntryNotFoundError) as exc:
-        raise FileNotFoundError(
-            f"no pruner checkpoint at {path}: not a folder, and not in the hub cache ({exc})"
-        ) from None
-
-
-def _is_onnx_folder(path: Path) -> bool:
-    return (path / "model.onnx").exists() and not (path / "model.safetensors").exists()
 
 
 class ContextPruner:
@@ -131,7 +81,7 @@ class ContextPruner:
         config = PrunerConfig.from_pretrained(str(path))
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         if backend == "auto":
-            backend = "onnx" if _is_onnx_folder(path) else "torch"
+            backend = "onnx" if is_onnx_folder(path) else "torch"
         if backend == "torch":
             if not (path / "model.safetensors").is_file():
                 raise FileNotFoundError(f"no model.safetensors in {path}")
@@ -286,9 +236,7 @@ class ContextPruner:
         post = max(total - encoder_seconds, 0.0)
         n_tok = tokens_per_query.sum()
         shares = tokens_per_query / n_tok if n_tok else np.full(len(requests), 1 / len(requests))
-        return [
-            _with_timings(r, float(encoder_seconds * s), float(post * s)) for r, s in zip(results, shares)
-        ]
+        return [with_timings(r, float(encoder_seconds * s), float(post * s)) for r, s in zip(results, shares)]
 
     def prepare(self, request: PruneRequest) -> PruneRequest:
         """Check and segment a request's query and passages now (raises ValueError/TypeError on bad
@@ -389,7 +337,7 @@ class ContextPruner:
                     zip(p.units, units.scores[sel], keep[sel], units.tokens[sel])
                 )
             )
-            text = _join_spans(p.text, spans)
+            text = join_spans(p.text, spans)
             if text:
                 pieces.append(text)
             results.append(
@@ -423,27 +371,3 @@ class ContextPruner:
             else (tokens_in - tokens_out) / 1e6 * params.price_per_million_tokens,
         )
         return PruneResult(query, "\n\n".join(pieces), tuple(results), stats, params.threshold)
-
-
-def _check_text(text: str, what: str) -> None:
-    """Text that cannot be encoded as UTF-8 (a lone surrogate) is a one-line ValueError."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{what} is not valid Unicode text (lone surrogate at character {exc.start})"
-        ) from None
-
-
-def _join_spans(text: str, spans) -> str:
-    """Kept spans of a passage joined by a newline where the original gap had one, else a space."""
-    parts = []
-    for k, (s, e, _) in enumerate(spans):
-        if k:
-            parts.append("\n" if "\n" in text[spans[k - 1][1] : s] else " ")
-        parts.append(text[s:e])
-    return "".join(parts)
-
-
-def _with_timings(result: PruneResult, encoder: float, post: float) -> PruneResult:
-    return replace(result, stats=replace(result.stats, encoder_seconds=encoder, postprocess_seconds=post))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
+
+import numpy as np
+
+from pruner_model.segmentation import Unit
 
 
 class Span(NamedTuple):
@@ -77,3 +81,33 @@ class PruneResult:
         from .html import render_fragment
 
         return render_fragment(self)
+
+
+class PassageScores(NamedTuple):
+    """What :meth:`ContextPruner.score` returns."""
+
+    sentence_scores: list[np.ndarray]  # per passage: [n_units] scores
+    relevance: np.ndarray  # [n_passages] relevance probabilities
+    units: list[list[Unit]]  # per passage: the scored units (char offsets)
+
+
+class RankedPassage(NamedTuple):
+    """One entry of :meth:`ContextPruner.rank`."""
+
+    index: int  # position in the input passages
+    id: str
+    relevance: float
+
+
+def join_spans(text: str, spans) -> str:
+    """Kept spans of a passage joined by a newline where the original gap had one, else a space."""
+    parts = []
+    for k, (s, e, _) in enumerate(spans):
+        if k:
+            parts.append("\n" if "\n" in text[spans[k - 1][1] : s] else " ")
+        parts.append(text[s:e])
+    return "".join(parts)
+
+
+def with_timings(result: PruneResult, encoder: float, post: float) -> PruneResult:
+    return replace(result, stats=replace(result.stats, encoder_seconds=encoder, postprocess_seconds=post))

@@ -11,9 +11,7 @@ another's. Every request has a cost cap (tokens) and a deadline.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .pruner import ContextPruner, PruneRequest
 from .selection import SelectionParams, selection_body_fields
+from .serving_metrics import Metrics
 
 
 @dataclass(frozen=True)
@@ -67,88 +66,6 @@ KNOWN_ROUTES = {"/v1/prune", "/v1/prune/batch", "/v1/rerank", "/v1/stats", "/met
 class BatchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     requests: list[PruneBody] = Field(min_length=1)
-
-
-class Metrics:
-    """Counters and a window of recent latencies, safe across threads; the same numbers as
-    Prometheus metrics in their own registry (``GET /metrics``)."""
-
-    def __init__(self, window: int = 2048):
-        from prometheus_client import CollectorRegistry, Counter, Histogram
-
-        self.lock = threading.Lock()
-        self.requests = self.passages = self.tokens_in = self.tokens_out = self.errors = 0
-        self.batches = 0
-        self.batched_queries = 0
-        self.cost_saved = 0.0
-        self.latencies: deque[float] = deque(maxlen=window)
-        self.started = time.time()
-        self.registry = r = CollectorRegistry()
-        self.http = Counter("pruner_http_requests", "HTTP requests answered", ["route", "code"], registry=r)
-        self.latency = Histogram(
-            "pruner_request_seconds",
-            "time to answer a request",
-            ["route"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
-        )
-        self.p_tokens_in = Counter("pruner_tokens_in", "passage tokens received", registry=r)
-        self.p_tokens_out = Counter("pruner_tokens_out", "passage tokens kept", registry=r)
-        self.p_cost_saved = Counter(
-            "pruner_cost_saved_usd", "generator input cost saved (priced requests)", registry=r
-        )
-        self.p_batch = Histogram(
-            "pruner_queries_per_encoder_batch",
-            "queries scored together in one encoder batch",
-            buckets=(1, 2, 4, 8, 16, 32, 64),
-            registry=r,
-        )
-
-    def record(
-        self, latency: float, passages: int, tokens_in: int, tokens_out: int, cost_saved: float = 0.0
-    ) -> None:
-        with self.lock:
-            self.requests += 1
-            self.passages += passages
-            self.tokens_in += tokens_in
-            self.tokens_out += tokens_out
-            self.cost_saved += cost_saved
-            self.latencies.append(latency)
-        self.p_tokens_in.inc(tokens_in)
-        self.p_tokens_out.inc(tokens_out)
-        if cost_saved:
-            self.p_cost_saved.inc(cost_saved)
-
-    def record_batch(self, queries: int) -> None:
-        with self.lock:
-            self.batches += 1
-            self.batched_queries += queries
-        self.p_batch.observe(queries)
-
-    def record_http(self, route: str, code: int, seconds: float) -> None:
-        if code >= 400:
-            with self.lock:
-                self.errors += 1
-        self.http.labels(route, str(code)).inc()
-        self.latency.labels(route).observe(seconds)
-
-    def snapshot(self) -> dict:
-        with self.lock:
-            lat = np.array(self.latencies) if self.latencies else np.zeros(1)
-            return {
-                "requests": self.requests,
-                "errors": self.errors,
-                "passages": self.passages,
-                "tokens_in": self.tokens_in,
-                "tokens_out": self.tokens_out,
-                "tokens_saved": self.tokens_in - self.tokens_out,
-                "cost_saved_usd": self.cost_saved,
-                "compression": 1 - self.tokens_out / self.tokens_in if self.tokens_in else 0.0,
-                "encoder_batches": self.batches,
-                "mean_queries_per_batch": self.batched_queries / self.batches if self.batches else 0.0,
-                "latency_ms": {f"p{q}": float(np.percentile(lat, q) * 1000) for q in (50, 90, 95, 99)},
-                "uptime_s": time.time() - self.started,
-            }
 
 
 class MicroBatcher:

@@ -18,7 +18,11 @@ COMMANDS = {
         "label (query, passages) groups with an LLM",
     ),
     "train": ("pruner_model.training.cli", "train_main", "fine-tune a pruner from a YAML config"),
-    "evaluate": ("pruner_model.inference.cli", "evaluate_main", "measure compression vs evidence kept"),
+    "evaluate": (
+        "pruner_model.inference.evaluate_cli",
+        "evaluate_main",
+        "measure compression vs evidence kept",
+    ),
     "prune": ("pruner_model.inference.cli", "prune_main", "prune passages for a query"),
     "export": ("pruner_model.inference.cli", "export_main", "export a checkpoint to ONNX"),
     "serve": ("pruner_model.inference.cli", "serve_main", "serve a pruner over HTTP"),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -32,6 +31,7 @@ from pruner_model.groups import load_slice
 from pruner_model.records import write_json
 
 from .calibration import calibrate, report
+from .checkpoints import recover, save_checkpoint, swap_in
 from .config import TrainConfig
 from .data import (
     Collator,
@@ -43,6 +43,7 @@ from .data import (
 )
 from .evaluation import build_dev_set, dev_metrics, score_dev
 from .model_card import write_model_card
+from .model_setup import build_model, param_groups
 
 STATE_FILE = "trainer_state.json"
 
@@ -62,61 +63,6 @@ def state_dir_of(output: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- training
-def _param_groups(model: PrunerModel, cfg: TrainConfig):
-    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
-    groups = {(False, True): [], (False, False): [], (True, True): [], (True, False): []}  # encoder first
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        is_head = not name.startswith("encoder.")
-        decay = not any(name.endswith(nd) for nd in no_decay)
-        groups[(is_head, decay)].append(p)
-    t = cfg.train
-    return [
-        {"params": ps, "lr": t.head_lr if head else t.lr, "weight_decay": t.weight_decay if decay else 0.0}
-        for (head, decay), ps in groups.items()
-        if ps
-    ]
-
-
-_MODEL_FIELDS = (
-    "max_length",
-    "stride",
-    "max_query_length",
-    "head_dropout",
-    "relevance_loss_weight",
-    "sentence_loss_weight",
-)
-
-
-def _build_model(cfg: TrainConfig):
-    from transformers import AutoTokenizer
-
-    from pruner_model import default_backbone_path
-
-    m = cfg.model
-    if m.init_from:
-        model = PrunerModel.from_pretrained(m.init_from)
-        tok = AutoTokenizer.from_pretrained(m.init_from)
-        for k in _MODEL_FIELDS:
-            setattr(model.config, k, getattr(m, k))
-    else:
-        path = m.backbone or str(default_backbone_path())
-        model = PrunerModel.from_backbone(
-            path, query_match=m.query_match, **{k: getattr(m, k) for k in _MODEL_FIELDS}
-        )
-        tok = AutoTokenizer.from_pretrained(path)
-    if not getattr(tok, "is_fast", False):
-        raise ValueError("the backbone needs a fast tokenizer (offset mapping)")
-    max_pos = getattr(model.config.encoder_config, "max_position_embeddings", None)
-    if max_pos is not None and m.max_length > max_pos:
-        raise ValueError(
-            f"model.max_length {m.max_length} is over the backbone's {max_pos} positions: every longer "
-            "window would fail at inference"
-        )
-    return model, tok
-
-
 class Trainer:
     """One training run into ``output``; :meth:`fit` trains, :meth:`finalize` calibrates and
     publishes. ``model``/``tokenizer`` replace the configured backbone (tests pass a tiny one)."""
@@ -156,7 +102,7 @@ class Trainer:
         )
         set_seed(t.seed)
         for folder in (self.state_dir, self.best_dir):
-            _recover(folder)
+            recover(folder)
         if resume and not (self.state_dir / STATE_FILE).is_file():
             raise FileNotFoundError(f"nothing to resume for {self.out} (no {self.state_dir / STATE_FILE})")
         if not resume and self.state_root.exists():
@@ -168,14 +114,14 @@ class Trainer:
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
         if self.model is None:
-            self.model, self.tokenizer = _build_model(self.cfg)
+            self.model, self.tokenizer = build_model(self.cfg)
         self._load_data()
         loader, self.sampler = self._build_loader()
         # with N processes the loader is sharded: each optimizer step consumes N batches
         self.loader = self.accelerator.prepare(loader)
         steps_per_epoch = math.ceil(len(self.loader) / t.grad_accum)
         self.total_steps = t.max_steps or max(1, math.ceil(steps_per_epoch * t.epochs))
-        optimizer = torch.optim.AdamW(_param_groups(self.model, self.cfg))
+        optimizer = torch.optim.AdamW(param_groups(self.model, self.cfg))
         n = self.accelerator.num_processes  # accelerate steps a prepared scheduler once per process
         scheduler = get_scheduler(
             t.scheduler,
@@ -294,7 +240,7 @@ class Trainer:
         better = math.isfinite(value) and (state["best"] is None or value > state["best"])
         if better:
             state["best"], state["best_step"] = value, state["step"]
-            _save_checkpoint(self.unwrapped, self.tokenizer, self.best_dir)
+            save_checkpoint(self.unwrapped, self.tokenizer, self.best_dir)
         if not self.quiet:
             log(
                 f"step {state['step']}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
@@ -314,7 +260,7 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         if self.is_main:
             (tmp / STATE_FILE).write_text(json.dumps(self.state))
-            _swap_in(tmp, self.state_dir)
+            swap_in(tmp, self.state_dir)
         self.accelerator.wait_for_everyone()
 
     def check_replicas(self) -> str:
@@ -451,32 +397,3 @@ def train(
     if not trainer.is_main:  # calibration, report and publishing happen once, on the main process
         return {"rank": trainer.accelerator.process_index}
     return trainer.finalize()
-
-
-def _swap_in(tmp: Path, path: Path) -> None:
-    """Replace the folder ``path`` by ``tmp``; at every moment one complete version exists
-    (``path`` or ``path.old``)."""
-    old = path.with_name(path.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(tmp, path)
-    if old.exists():
-        shutil.rmtree(old)
-
-
-def _recover(path: Path) -> None:
-    """After a crash inside :func:`_swap_in`: bring back the complete previous version."""
-    old = path.with_name(path.name + ".old")
-    if not path.exists() and old.exists():
-        os.replace(old, path)
-
-
-def _save_checkpoint(model, tokenizer, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    _swap_in(tmp, path)

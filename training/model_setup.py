@@ -1,0 +1,62 @@
+"""The model and optimizer groups a training run starts from."""
+
+from __future__ import annotations
+
+from pruner_model import PrunerModel
+
+from .config import TrainConfig
+
+
+def param_groups(model: PrunerModel, cfg: TrainConfig):
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+    groups = {(False, True): [], (False, False): [], (True, True): [], (True, False): []}  # encoder first
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_head = not name.startswith("encoder.")
+        decay = not any(name.endswith(nd) for nd in no_decay)
+        groups[(is_head, decay)].append(p)
+    t = cfg.train
+    return [
+        {"params": ps, "lr": t.head_lr if head else t.lr, "weight_decay": t.weight_decay if decay else 0.0}
+        for (head, decay), ps in groups.items()
+        if ps
+    ]
+
+
+_MODEL_FIELDS = (
+    "max_length",
+    "stride",
+    "max_query_length",
+    "head_dropout",
+    "relevance_loss_weight",
+    "sentence_loss_weight",
+)
+
+
+def build_model(cfg: TrainConfig):
+    from transformers import AutoTokenizer
+
+    from pruner_model import default_backbone_path
+
+    m = cfg.model
+    if m.init_from:
+        model = PrunerModel.from_pretrained(m.init_from)
+        tok = AutoTokenizer.from_pretrained(m.init_from)
+        for k in _MODEL_FIELDS:
+            setattr(model.config, k, getattr(m, k))
+    else:
+        path = m.backbone or str(default_backbone_path())
+        model = PrunerModel.from_backbone(
+            path, query_match=m.query_match, **{k: getattr(m, k) for k in _MODEL_FIELDS}
+        )
+        tok = AutoTokenizer.from_pretrained(path)
+    if not getattr(tok, "is_fast", False):
+        raise ValueError("the backbone needs a fast tokenizer (offset mapping)")
+    max_pos = getattr(model.config.encoder_config, "max_position_embeddings", None)
+    if max_pos is not None and m.max_length > max_pos:
+        raise ValueError(
+            f"model.max_length {m.max_length} is over the backbone's {max_pos} positions: every longer "
+            "window would fail at inference"
+        )
+    return model, tok
