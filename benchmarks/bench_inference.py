@@ -97,6 +97,44 @@ def bench_batching_ceiling(pruner, pairs, clients: int = 8, repeats: int = 2) ->
     return {"one_at_a_time_s": one, "batched_s": many, "queries_per_call": clients, "ratio": one / many}
 
 
+def gemm_peak(threads: int, size: int = 2048, seconds: float = 1.5) -> dict:
+    """This machine's measured matrix-multiply throughput (GFLOP/s) in fp32 and bf16 at
+    ``threads`` threads: the ceiling an encoder-bound backend can approach."""
+    import torch
+
+    torch.set_num_threads(threads)
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a @ b
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ b
+            n += 1
+        out[name] = 2 * size**3 * n / (time.perf_counter() - t0) / 1e9
+    return out
+
+
+def biencoder_queries_per_s(pairs, repeats: int = 1) -> float:
+    """End-to-end queries/s of the bundled bi-encoder baseline scoring the same sentences."""
+    from pruner_model.inference.evaluate import biencoder_scores
+
+    from pruner_model.groups import load_groups
+
+    groups = load_groups(
+        [
+            {"id": f"g{i}/{k}", "query": q, "context": ps[k], "relevant_spans": []}
+            for i, (q, ps) in enumerate(groups_of(pairs))
+            for k in range(len(ps))
+        ]
+    )
+    biencoder_scores(groups[:2])
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        biencoder_scores(groups)
+    return len(groups) * repeats / (time.perf_counter() - t0)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -202,7 +240,18 @@ def main() -> int:
         "pairs": len(pairs),
         "runs": {},
     }
+    from pruner_model.inference.backends import cpu_has_bf16
+
+    encoder = ContextPruner.from_pretrained(args.model, backend="torch", device="cpu").backend.model.encoder
+    encoder_params = sum(p.numel() for p in encoder.parameters() if p.dim() > 1)
+    results["encoder_matrix_params"] = encoder_params
     for n in [int(x) for x in args.threads.split(",")]:
+        peak = gemm_peak(n)
+        results[f"gemm_peak_gflops@{n}t"] = peak
+        print(
+            f"GEMM peak {n} thread(s): fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s",
+            file=sys.stderr,
+        )
         torch.set_num_threads(n)
         runs = {
             "torch_fp32": ContextPruner.from_pretrained(args.model, backend="torch", device="cpu"),
@@ -211,20 +260,42 @@ def main() -> int:
                 onnx_dir, backend="onnx", device="cpu", threads=n, quantized=True
             ),
         }
+        if cpu_has_bf16():
+            runs["torch_bf16"] = ContextPruner.from_pretrained(
+                args.model, backend="torch", device="cpu", dtype="bf16"
+            )
         for name, pruner in runs.items():
             r = bench_pruner(pruner, pairs)
+            # windows of the pairs (one each at these lengths) and the encoder's share of the GEMM peak
+            tokens = np.mean([len(pruner.tokenizer(q, p)["input_ids"]) for q, p in pairs[:50]])
+            gflop_per_window = 2 * encoder_params * tokens / 1e9
+            r["windows_per_s"] = r["pairs_per_s"]
+            r["peak_fraction"] = (
+                r["pairs_per_s"] * gflop_per_window / peak["bf16" if "bf16" in name else "fp32"]
+            )
             results["runs"][f"{name}@{n}t"] = r
             print(
                 f"{name:>10} {n} thread(s): {r['pairs_per_s']:6.1f} pairs/s, p50 {r['p50_ms']:6.1f} ms, "
-                f"p95 {r['p95_ms']:6.1f} ms, post-processing {r['postprocess_share']:.1%}",
+                f"p95 {r['p95_ms']:6.1f} ms, post-processing {r['postprocess_share']:.1%}, "
+                f"{r['peak_fraction']:.0%} of the GEMM peak",
                 file=sys.stderr,
             )
     ratios = {}
+    n_max = max(int(x) for x in args.threads.split(","))
+    torch.set_num_threads(n_max)
+    be = biencoder_queries_per_s(pairs)
+    results["biencoder_queries_per_s"] = be
+    fastest = max(
+        (k for k in results["runs"] if k.endswith(f"@{n_max}t")),
+        key=lambda k: results["runs"][k]["pairs_per_s"],
+    )
+    ratios[f"prune({fastest})/biencoder queries@{n_max}t"] = results["runs"][fastest]["pairs_per_s"] / 5 / be
     for n in [int(x) for x in args.threads.split(",")]:
         base = results["runs"][f"torch_fp32@{n}t"]["pairs_per_s"]
+        if f"torch_bf16@{n}t" in results["runs"]:
+            ratios[f"torch_bf16/torch_fp32@{n}t"] = results["runs"][f"torch_bf16@{n}t"]["pairs_per_s"] / base
         ratios[f"onnx_fp32/torch_fp32@{n}t"] = results["runs"][f"onnx_fp32@{n}t"]["pairs_per_s"] / base
         ratios[f"onnx_int8/torch_fp32@{n}t"] = results["runs"][f"onnx_int8@{n}t"]["pairs_per_s"] / base
-    n_max = max(int(x) for x in args.threads.split(","))
     ceiling = bench_batching_ceiling(
         ContextPruner.from_pretrained(onnx_dir, backend="onnx", device="cpu", threads=n_max, quantized=True),
         pairs,
