@@ -107,44 +107,14 @@ def bench_encoder(model_dir: str, seconds: float) -> dict:
 
 def bench_serving(model_dir: str, seconds: float) -> dict:
     import httpx
-    from bench_inference import free_port, groups_of, load_pairs
+    from bench_inference import groups_of, load_pairs, start_server
 
     groups = groups_of(load_pairs(400, "data/squad/dev.jsonl"))
     out = {}
     for batching in (True, False):
-        import subprocess
-
-        port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "pruner_model.cli",
-            "serve",
-            "--model",
-            model_dir,
-            "--port",
-            str(port),
-            "--backend",
-            "torch",
-            "--device",
-            DEVICE,
-            "--dtype",
-            "bf16",
-            "--max-concurrency",
-            "256",
-            *([] if batching else ["--no-batching"]),
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        url = f"http://127.0.0.1:{port}"
+        extra = ["--backend", "torch", "--device", DEVICE, "--dtype", "bf16", "--max-concurrency", "256"]
+        proc, url = start_server(model_dir, [*extra, *([] if batching else ["--no-batching"])])
         try:
-            for _ in range(600):
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-            else:
-                raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-500:])
             for clients in (1, 8, 64):
                 lat, errors, done = [], [], [0]
                 stop = time.perf_counter() + seconds

@@ -141,15 +141,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def bench_server(
-    model_dir: str,
-    pairs,
-    batching: bool,
-    clients: int = 8,
-    per_client: int = 6,
-    extra: list[str] | None = None,
-) -> dict:
-    """Throughput of a real `pruner serve` process under `clients` concurrent clients (127.0.0.1)."""
+def start_server(model_dir: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """A real `pruner serve` process on a free 127.0.0.1 port, once it answers /health."""
     import httpx
 
     port = free_port()
@@ -162,20 +155,33 @@ def bench_server(
         model_dir,
         "--port",
         str(port),
-        *([] if batching else ["--no-batching"]),
-        *(extra or []),
+        *extra,
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-500:])
+
+
+def bench_server(
+    model_dir: str,
+    pairs,
+    batching: bool,
+    clients: int = 8,
+    per_client: int = 6,
+    extra: list[str] | None = None,
+) -> dict:
+    """Throughput of a real `pruner serve` process under `clients` concurrent clients (127.0.0.1)."""
+    import httpx
+
+    proc, url = start_server(model_dir, [*([] if batching else ["--no-batching"]), *(extra or [])])
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-500:])
         groups = groups_of(pairs)
         httpx.post(url + "/v1/prune", json={"query": groups[0][0], "passages": groups[0][1]}, timeout=60)
         lat, errors = [], []
