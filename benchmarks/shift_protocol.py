@@ -90,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
                     "kept": at["evidence_preserved"] if sys_name == "pruner" else None,
                     "compression_at_threshold": at["compression"] if sys_name == "pruner" else None,
                 }
+                unc = rep["operating_point"].get("uncertain")
+                if sys_name == "pruner" and unc:
+                    row["uncertain_share"] = unc["share_flagged"]
+                    row["kept_with_keep_all"] = unc["evidence_with_keep_all"]
+                    row["compression_with_keep_all"] = unc["compression_with_keep_all"]
                 rows.append(row)
                 out["results"].setdefault(label, {})[sl] = row
             print(f"{name} {sl}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -97,10 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| system | slice | "
         + " | ".join(f"comp @ {t}" for t in TARGETS)
-        + " | best F1 | promised → kept (compression) |"
+        + " | best F1 | promised → kept (compression) | uncertain queries |"
     )
-    print("|---|---|" + "---|" * (len(TARGETS) + 2))
+    print("|---|---|" + "---|" * (len(TARGETS) + 3))
     for r in rows:
+        if r.get("uncertain_share") is not None:
+            r["note"] = (
+                f"{r['uncertain_share']:.0%} flagged; keep_all: {r['kept_with_keep_all']:.3f} "
+                f"({r['compression_with_keep_all']:.3f})"
+            )
         kept = (
             "—"
             if r["kept"] is None
@@ -109,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {r['system']} | {r['slice']} | "
             + " | ".join(fmt(r[f"comp@{t}"]) for t in TARGETS)
-            + f" | {fmt(r['best_f1'])} | {kept} |"
+            + f" | {fmt(r['best_f1'])} | {kept} | {r.get('note', '')} |"
         )
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

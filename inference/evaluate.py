@@ -280,6 +280,20 @@ def evaluate(
     op = metrics_at(model_groups, threshold, keep_masks=masks[0] if pipeline else None)
     op["checkpoint_threshold"] = float(pruner.config.threshold)
     op["at_checkpoint_threshold"] = metrics_at(model_groups, float(pruner.config.threshold))
+    below = getattr(cfg, "uncertainty_threshold", None)
+    if below is not None:  # queries flagged uncertain, and the checkpoint's threshold with keep_all for them
+        flagged = [bool(len(g.scores)) and float(g.scores.max()) < below for g in raw]
+        masks_all = [
+            np.ones(len(g.scores), bool) if f else g.scores >= cfg.threshold
+            for g, f in zip(model_groups, flagged)
+        ]
+        fallback = metrics_at(model_groups, float(cfg.threshold), keep_masks=masks_all)
+        op["uncertain"] = {
+            "threshold": below,
+            "share_flagged": float(np.mean(flagged)) if flagged else 0.0,
+            "evidence_with_keep_all": fallback["evidence_preserved"],
+            "compression_with_keep_all": fallback["compression"],
+        }
     op["latency_ms_mean"] = float(np.mean(latencies) * 1000)
     op["seconds"] = time.perf_counter() - t0
     report["recommended_threshold"] = threshold
