@@ -236,7 +236,7 @@ def _annotate_cli(url: str, groups: Path, out: Path) -> subprocess.Popen:
             "--max-retries",
             "1",
             "--timeout",
-            "30",
+            "120",  # a slow (loaded) machine must not turn answers into timeouts
             "--max-prompt-tokens",
             "1200",
             "--max-tokens",
