@@ -239,3 +239,35 @@ def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monke
         == 2
     )
     assert "goes with --quantize int8" in capsys.readouterr().err
+
+
+def test_serving_an_onnx_folder_needs_no_torch(exported):
+    """The serving path (pruner_model import, ONNX backend, HTTP app) runs with torch unimportable."""
+    import subprocess
+    import sys
+    import textwrap
+
+    _, out, _ = exported
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, importlib.util, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("torch is blocked")
+        sys.meta_path.insert(0, Block())
+        _find = importlib.util.find_spec
+        importlib.util.find_spec = lambda n, *a, **k: None if n.split(".")[0] == "torch" else _find(n, *a, **k)
+        from fastapi.testclient import TestClient
+        from pruner_model import ContextPruner
+        from pruner_model.inference.server import create_app
+        pruner = ContextPruner.from_pretrained({str(out)!r}, quantized=True)
+        with TestClient(create_app(pruner)) as c:
+            r = c.post("/v1/prune", json={{"query": "q?", "passages": ["A sentence. Another one."]}})
+            assert r.status_code == 200, r.text
+        assert sys.modules.get("torch") is None
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
