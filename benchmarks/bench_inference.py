@@ -249,7 +249,8 @@ def main() -> int:
     from pruner_model.inference.backends import cpu_has_bf16
 
     encoder = ContextPruner.from_pretrained(args.model, backend="torch", device="cpu").backend.model.encoder
-    encoder_params = sum(p.numel() for p in encoder.parameters() if p.dim() > 1)
+    # the weights that take part in matrix products (embedding tables are lookups, not GEMMs)
+    encoder_params = sum(m.weight.numel() for m in encoder.modules() if isinstance(m, torch.nn.Linear))
     results["encoder_matrix_params"] = encoder_params
     for n in [int(x) for x in args.threads.split(",")]:
         peak = gemm_peak(n)
