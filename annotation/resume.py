@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
+from pruner_model.records import iter_jsonl
 
-def read_jsonl_lenient(path: Path) -> Iterable[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    with open(path, "rb") as fh:
-        for raw in fh:
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
+
+def read_jsonl_lenient(path: Path) -> list[dict]:
+    """The JSON objects of an append-only file, skipping undecodable lines ([] when absent)."""
+    return list(iter_jsonl(path, skip_errors=True)) if path.is_file() else []
 
 
 def drop_partial_groups(groups: list[dict], output: Path) -> list[dict]:

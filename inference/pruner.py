@@ -196,8 +196,10 @@ class ContextPruner:
         """
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
             raise ValueError(f"top_k must be a whole number >= 0, got {top_k!r}")
-        prepared = self._prepare_passages(passages)
-        rel = self.score(query, passages).relevance
+        query = self._check_query(query)
+        prepared = self._prepare_passages(passages)  # segmented once, scored once
+        scored, _ = self._score([query] * len(prepared), prepared)
+        rel = np.array([s.relevance for s in scored])
         order = np.argsort(-rel, kind="stable")[:top_k]
         return [RankedPassage(int(i), prepared[i].id, float(rel[i])) for i in order]
 

@@ -252,19 +252,21 @@ def create_app(
         metrics.record_http(route, response.status_code, time.perf_counter() - t0)
         return response
 
+    def check_texts(texts: list[str], noun: str) -> None:
+        """The size limits on one query's passages (or rerank documents): 422 with the reason."""
+        if len(texts) > limits.max_passages:
+            raise HTTPException(422, f"over {limits.max_passages} {noun}s")
+        for i, text in enumerate(texts):
+            if len(text) > limits.max_passage_chars:
+                raise HTTPException(422, f"{noun} {i} over {limits.max_passage_chars} characters")
+
     def to_request(body: PruneBody) -> PruneRequest:
         if len(body.query) > limits.max_query_chars:
             raise HTTPException(422, f"query over {limits.max_query_chars} characters")
         if not body.query.strip():
             raise HTTPException(422, "query is empty")
-        if len(body.passages) > limits.max_passages:
-            raise HTTPException(422, f"over {limits.max_passages} passages")
-        passages = []
-        for i, p in enumerate(body.passages):
-            text = p if isinstance(p, str) else p.text
-            if len(text) > limits.max_passage_chars:
-                raise HTTPException(422, f"passage {i} over {limits.max_passage_chars} characters")
-            passages.append(p if isinstance(p, str) else p.model_dump(exclude_none=True))
+        check_texts([p if isinstance(p, str) else p.text for p in body.passages], "passage")
+        passages = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in body.passages]
         settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
         if "must_keep" in settings:
             settings["must_keep"] = tuple(settings["must_keep"])
@@ -325,11 +327,7 @@ def create_app(
     @app.post("/v1/rerank")
     async def rerank(body: RerankBody):
         """Cohere/TEI-shaped reranking by the relevance head (the order of ContextPruner.rank)."""
-        if len(body.documents) > limits.max_passages:
-            raise HTTPException(422, f"over {limits.max_passages} documents")
-        for i, d in enumerate(body.documents):
-            if len(d) > limits.max_passage_chars:
-                raise HTTPException(422, f"document {i} over {limits.max_passage_chars} characters")
+        check_texts(body.documents, "document")
         try:
             req = pruner.prepare(PruneRequest(body.query, list(body.documents), pruner.selection_params()))
         except (ValueError, TypeError) as exc:

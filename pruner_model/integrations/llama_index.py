@@ -67,11 +67,9 @@ class PrunerPostprocessor(BaseNodePostprocessor):
                 continue
             node = n.node.model_copy(deep=True)
             node.set_content(p.text)
-            node.metadata.update(passage_metadata(p, result))
-            node.excluded_embed_metadata_keys = [
-                *node.excluded_embed_metadata_keys,
-                *passage_metadata(p, result),
-            ]
-            node.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, *passage_metadata(p, result)]
+            meta = passage_metadata(p, result)
+            node.metadata.update(meta)
+            node.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, *meta]
+            node.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, *meta]
             out.append(NodeWithScore(node=node, score=n.score))
         return out
