@@ -158,6 +158,31 @@ def _annotate_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", default=None, help="endpoint (default: $OPENAI_BASE_URL)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     p.add_argument("--limit", type=int, default=None, help="only the first N groups")
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="label only shard K of N (a stable hash of the group ids); give each shard its own --output",
+    )
+    p.add_argument(
+        "--batch-api",
+        action="store_true",
+        help="send the requests as one Batch API job (files + batches endpoints) instead of online calls",
+    )
+    p.add_argument(
+        "--batch-poll-interval", type=float, default=30.0, help="seconds between batch status checks"
+    )
+    p.add_argument(
+        "--batch-price-factor",
+        type=float,
+        default=0.5,
+        help="batch price as a share of --price-* (default 0.5)",
+    )
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="with --batch-api: submit (or check) the batch and return; run again later to ingest it",
+    )
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--max-retries", type=int, default=5)
@@ -184,8 +209,9 @@ def annotate_main(argv: list[str] | None = None) -> int:
 
     from tqdm.auto import tqdm
 
-    from pruner_model.records import read_jsonl
+    from pruner_model.records import parse_shard, read_jsonl, shard_of
 
+    from .batch_api import BatchFailed, BatchLabeler
     from .llm import Annotator, AnnotatorSettings, EndpointDown, compare_with_gold
 
     args = _annotate_parser().parse_args(argv)
@@ -209,6 +235,11 @@ def annotate_main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"{args.input}:{i}: a passage lacks a 'text' string")
         if args.limit is not None:
             groups = groups[: args.limit]
+        k, n = parse_shard(args.shard)
+        if n > 1:
+            groups = [g for g in groups if shard_of(str(g["id"]), n) == k]
+        if args.no_wait and not args.batch_api:
+            raise ValueError("--no-wait needs --batch-api")
         if args.max_connection_failures < 1:
             raise ValueError("--max-connection-failures must be >= 1")
         settings = AnnotatorSettings(
@@ -229,13 +260,27 @@ def annotate_main(argv: list[str] | None = None) -> int:
         annotator = Annotator(settings)
         annotator.open_cache(out.with_name(out.name + ".cache.jsonl"))
         try:
-            with tqdm(total=len(groups), desc="annotating", unit="group") as bar:
-                acc = annotator.run(groups, out, out.with_name(out.name + ".rejects.jsonl"), progress=bar)
-        except EndpointDown as exc:
+            rejects = out.with_name(out.name + ".rejects.jsonl")
+            desc = "annotating" + (f" shard {k}/{n}" if n > 1 else "")
+            with tqdm(total=len(groups), desc=desc, unit="group") as bar:
+                if args.batch_api:
+                    labeler = BatchLabeler(
+                        annotator, args.batch_poll_interval, args.batch_price_factor, wait=not args.no_wait
+                    )
+                    acc = labeler.run(groups, out, rejects, progress=bar)
+                else:
+                    acc = annotator.run(groups, out, rejects, progress=bar)
+        except (EndpointDown, BatchFailed) as exc:
             write_json(out.with_name(out.name + ".stats.json"), {"accounting": annotator.acc.to_dict()})
             print(f"error: {exc}", file=sys.stderr)
             return 3
         summary["accounting"] = acc.to_dict()
+        if args.batch_api and labeler.status not in (None, "completed", "failed", "expired", "cancelled"):
+            print(
+                f"batch {labeler.status}: run the same command again to collect its results", file=sys.stderr
+            )
+            write_json(out.with_name(out.name + ".stats.json"), summary)
+            return 0
         a = summary["accounting"]
         print(
             f"groups: {a['groups_done']} labeled, {a['groups_skipped']} already done, {a['groups_rejected']} "

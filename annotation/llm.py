@@ -100,6 +100,11 @@ class EndpointDown(RuntimeError):
     """Several groups in a row could not reach the endpoint: the run stops, its output resumable."""
 
 
+def alone(p: PromptPassage) -> PromptPassage:
+    """``p`` as the only passage of a pointwise request (alias P1)."""
+    return PromptPassage("P1", p.id, p.title, p.text, p.units)
+
+
 def estimate_tokens(messages: list[dict]) -> int:
     return sum(len(m["content"]) for m in messages) // 4 + 16
 
@@ -149,27 +154,32 @@ class Annotator:
             return exc.status_code >= 500 or exc.status_code in (408, 409, 429)
         return False
 
+    def request_body(self, messages: list[dict], passages: list[PromptPassage], mode: str) -> dict:
+        """The chat-completion request for ``messages`` (structured output by ``mode``)."""
+        body = dict(
+            model=self.s.model,
+            messages=messages,
+            temperature=self.s.temperature,
+            max_tokens=self.s.max_tokens,
+        )
+        if mode in ("auto", "json_schema"):
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "labels", "schema": response_schema(passages)},
+            }
+        elif mode in ("json_object", "auto_json_object"):
+            # llama.cpp's server constrains decoding to "schema"; other servers ignore it
+            body["response_format"] = {"type": "json_object", "schema": response_schema(passages)}
+        return body
+
     def _complete(self, messages: list[dict], passages: list[PromptPassage]) -> str:
         """One chat completion with bounded retries; returns the answer text."""
         import openai
 
         attempt = 0
         while True:
-            kwargs = dict(
-                model=self.s.model,
-                messages=messages,
-                temperature=self.s.temperature,
-                max_tokens=self.s.max_tokens,
-            )
             mode = self.structured
-            if mode in ("auto", "json_schema"):
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "labels", "schema": response_schema(passages)},
-                }
-            elif mode in ("json_object", "auto_json_object"):
-                # llama.cpp's server constrains decoding to "schema"; other servers ignore it
-                kwargs["response_format"] = {"type": "json_object", "schema": response_schema(passages)}
+            kwargs = self.request_body(messages, passages, mode)
             try:
                 self.acc.add(requests=1)
                 resp = self.client.chat.completions.create(**kwargs)
@@ -238,12 +248,19 @@ class Annotator:
             return labels
         raise InvalidAnswer(f"{last} (after {self.s.max_invalid + 1} answers)")
 
+    def plan(self, group: dict) -> tuple[list[PromptPassage], bool]:
+        """The group's prompt passages and whether they fit one listwise request (else one
+        request per passage)."""
+        passages = prepare_passages(group["passages"])
+        listwise = (
+            estimate_tokens(build_messages(group["query"], passages, "x" * 12)) <= self.s.max_prompt_tokens
+        )
+        return passages, listwise
+
     def label_group(self, group: dict) -> tuple[list[dict], dict]:
         """Labeled records of one raw group and the mode used (listwise or pointwise)."""
-        gid = str(group["id"])
         query = group["query"]
-        passages = prepare_passages(group["passages"])
-        listwise = estimate_tokens(build_messages(query, passages, "x" * 12)) <= self.s.max_prompt_tokens
+        passages, listwise = self.plan(group)
         labels: dict[str, tuple[list[int], str]] = {}
         if listwise:
             try:
@@ -254,8 +271,20 @@ class Annotator:
                 listwise = False  # most often the context window: one passage per call instead
         if not listwise:
             for p in passages:
-                alias_labels = self._ask(query, [PromptPassage("P1", p.id, p.title, p.text, p.units)])
-                labels[p.alias] = alias_labels["P1"]
+                labels[p.alias] = self._ask(query, [alone(p)])["P1"]
+        return self.records(group, passages, labels, listwise), {
+            "mode": "listwise" if listwise else "pointwise"
+        }
+
+    def records(
+        self,
+        group: dict,
+        passages: list[PromptPassage],
+        labels: dict[str, tuple[list[int], str]],
+        listwise: bool,
+    ) -> list[dict]:
+        """The labeled records of ``group`` from its passages' ``labels``."""
+        gid = str(group["id"])
         source = f"llm:{self.s.model}@{PROMPT_VERSION}"
         records = []
         for p in passages:
@@ -263,7 +292,7 @@ class Annotator:
             records.append(
                 {
                     "id": f"{gid}/{p.id}",
-                    "query": query,
+                    "query": group["query"],
                     "title": p.title,
                     "context": p.text,
                     "relevant_spans": [[p.units[k - 1].start, p.units[k - 1].end] for k in sents],
@@ -272,10 +301,11 @@ class Annotator:
                         "sentences": sents,
                         "reason": reason,
                         "mode": "listwise" if listwise else "pointwise",
+                        "group": gid,
                     },
                 }
             )
-        return records, {"mode": "listwise" if listwise else "pointwise"}
+        return records
 
     # ------------------------------------------------------------------ cache
     def open_cache(self, path: Path) -> None:
@@ -359,8 +389,6 @@ class Annotator:
                         except InvalidAnswer as exc:
                             reject(g, str(exc))
                         else:
-                            for r in records:
-                                r["meta"]["group"] = str(g["id"])
                             out_fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
                             out_fh.flush()
                             self.acc.add(groups_done=1)

@@ -75,7 +75,9 @@ def _prune_parser() -> argparse.ArgumentParser:
 
 
 def _prune_file_main(args, overrides: dict) -> int:
-    from .batch import parse_shard, prune_file
+    from pruner_model.records import parse_shard
+
+    from .batch import prune_file
     from .pruner import ContextPruner
 
     if args.query is not None or args.passages is not None:

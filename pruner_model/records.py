@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -138,3 +139,18 @@ def repair_jsonl(path: str | Path) -> int:
         keep = data.rfind(b"\n") + 1
         fh.truncate(keep)
         return len(data) - keep
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """``"K/N"`` (0 <= K < N) as ``(K, N)``; None is the whole file ``(0, 1)``."""
+    if text is None:
+        return 0, 1
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
+        raise ValueError(f"--shard must be K/N with 0 <= K < N, got {text!r}")
+    return int(k), int(n)
+
+
+def shard_of(group_id: str, shards: int) -> int:
+    """Stable shard of an id: the same on every machine and Python run (no ``hash()`` salt)."""
+    return int.from_bytes(hashlib.sha1(group_id.encode("utf-8")).digest()[:8], "big") % shards

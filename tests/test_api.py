@@ -51,6 +51,30 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
         assert f"pruner_model/{part}/__init__.py" in names
 
 
+def test_serve_gpu_extra_has_no_cpu_onnxruntime():
+    """onnxruntime and onnxruntime-gpu in one environment can hide the CUDA provider: the GPU
+    serving extra (with every extra it names) must not pull the CPU package or torch."""
+    import tomllib
+
+    extras = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def requirements(extra: str) -> set[str]:
+        out = set()
+        for req in extras[extra]:
+            name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower()
+            nested = re.search(r"\[(.*)\]", req)
+            if name == "pruner-model" and nested:
+                for e in nested.group(1).split(","):
+                    out |= requirements(e.strip())
+            else:
+                out.add(name)
+        return out
+
+    gpu = requirements("serve-gpu")
+    assert "onnxruntime-gpu" in gpu and not gpu & {"onnxruntime", "torch"}
+    assert requirements("serve") - gpu == {"onnxruntime"}
+
+
 def test_readme_python_block_runs(tiny_checkpoint, capsys):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

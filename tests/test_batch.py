@@ -3,9 +3,9 @@
 import json
 
 import pytest
-from pruner_model.inference.batch import parse_shard, shard_of
 
 from pruner_model.cli import main
+from pruner_model.records import parse_shard, shard_of
 
 TIMINGS = ("encoder_seconds", "postprocess_seconds")
 

@@ -207,6 +207,9 @@ def test_windows_carry_labels_of_long_contexts(bert_tokenizer):
     sid = np.array(ds["sentence_ids"][-1])
     assert (sid[last == 1] == 60).all() and ((sid == 60) == (last == 1)).all()
     assert ((sid == -1) == (last == IGNORE_INDEX)).all()
+    # the set stays in memory for the whole run: integer columns are stored narrow
+    assert ds.features["input_ids"].feature.dtype == "int32" and ds.features["labels"].feature.dtype == "int8"
+    assert ds.features["attention_mask"].feature.dtype == "int8"
 
 
 def test_read_records_dedups_and_reports(tmp_path):

@@ -53,7 +53,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         return None
     mc = model.config
     scored, auc = _score(model, tokenizer, groups)
-    shifted = _score_shifts(model, tokenizer, cfg, dev, {g.id for g in groups})
+    shifted = _score_shifts(model, tokenizer, cfg, dev, {g.id for g in groups[: c.shift_groups]})
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]

@@ -107,6 +107,9 @@ class CalibrationSection:
     # scored beside them: floor and exponent are chosen on all of them pooled, and the threshold is
     # the lowest that meets the target on each, so the promise holds off the calibration domain too
     shifts: list[str] = field(default_factory=list)
+    # build the shifted copies from only N of the calibration groups (None = all of them):
+    # each shift scores its groups again, so this bounds the calibration time of large slices
+    shift_groups: int | None = None
     # queries whose best sentence scores under the uncertainty threshold are flagged uncertain: it
     # is set so that this share of the calibration queries with evidence falls under it (0 = off)
     uncertain_share: float = 0.1
@@ -114,6 +117,8 @@ class CalibrationSection:
     def __post_init__(self) -> None:
         if not 0.0 <= self.uncertain_share < 1.0:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
+        if self.shift_groups is not None and self.shift_groups < 1:
+            raise ConfigError(f"calibration.shift_groups must be >= 1 or null, got {self.shift_groups}")
         unknown = sorted(set(self.shifts) - {"mined", "low_overlap", "noisy"})
         if unknown:
             raise ConfigError(f"calibration.shifts: unknown slice {unknown[0]!r} (mined, low_overlap, noisy)")

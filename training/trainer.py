@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import yaml
 from tqdm.auto import tqdm
@@ -40,6 +39,7 @@ from .data import (
     augment_noise,
     read_records,
     tokenize_records,
+    window_lengths,
 )
 from .evaluation import build_dev_set, dev_metrics, score_dev
 from .model_card import write_model_card
@@ -175,9 +175,9 @@ class Trainer:
         t = self.cfg.train
         ds = self.train_ds
         input_names = [n for n in self.tokenizer.model_input_names if n in ds.column_names]
-        lengths = np.array([len(x) for x in ds["input_ids"]])
+        lengths = window_lengths(ds)
         if t.group_batches:
-            sampler = GroupedBatches(lengths, np.array(ds["group"]), t.batch_size, t.seed)
+            sampler = GroupedBatches(lengths, ds.data.column("group").to_numpy(), t.batch_size, t.seed)
         else:
             sampler = LengthGroupedBatches(lengths, t.batch_size, t.seed)
         loader = torch.utils.data.DataLoader(

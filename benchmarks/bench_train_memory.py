@@ -1,0 +1,104 @@
+"""Resident memory of `pruner train` as the training data grows: runs the same short training on
+1x and 4x the training groups (a subprocess each) and prints the process's RSS at intervals, the
+RSS once the data is loaded, and the peak.
+
+    python3 benchmarks/bench_train_memory.py --config configs/reference.yaml --scales 1 4 --steps 150
+
+Only the data size changes between runs (same steps, batch size, dev slice); calibration and the
+report slice are off, so the numbers are the data and the training loop. ``--env NAME=VALUE``
+(repeatable) sets variables for the training processes, e.g. to compare allocator settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    m = re.search(r"VmRSS:\s+(\d+) kB", text)
+    return int(m.group(1)) / 1024 if m else None
+
+
+def run(config: str, groups: int, steps: int, interval: float, env: dict, out_dir: Path) -> dict:
+    log = out_dir / f"train-{groups}.log"
+    cmd = [
+        sys.executable, "-m", "pruner_model.cli", "train", "--config", config, "--output", str(out_dir / f"m{groups}"),
+        "--set", f"data.max_train_groups={groups}", "--set", f"train.max_steps={steps}",
+        "--set", "train.eval_every=0", "--set", f"train.save_every={steps}", "--set", "calibration.enabled=false",
+        "--set", "data.report_dev_groups=0", "--set", "data.max_dev_groups=50",
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    samples: list[tuple[float, float, int | None]] = []
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env})
+        while proc.poll() is None:
+            mb = rss_mb(proc.pid)
+            if mb is not None:
+                samples.append((time.perf_counter() - t0, mb, _step(log)))
+            time.sleep(interval)
+    if proc.returncode != 0:
+        raise SystemExit(f"training on {groups} groups failed (exit {proc.returncode}): see {log}")
+    text = log.read_text(errors="replace")
+    windows = re.search(r"(\d+) windows", text)
+    first_step = next((mb for _, mb, step in samples if step), None)
+    return {
+        "groups": groups,
+        "windows": int(windows.group(1)) if windows else None,
+        "rss_at_first_step_mb": first_step,
+        "peak_rss_mb": max(mb for _, mb, _ in samples),
+        "samples": samples,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _step(log: Path) -> int | None:
+    tail = log.read_bytes()[-400:].decode(errors="replace")
+    found = re.findall(r"training:\s+\d+%\|[^|]*\|\s*(\d+)/\d+", tail)
+    return int(found[-1]) if found else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/reference.yaml")
+    ap.add_argument("--base-groups", type=int, default=4500, help="training groups at scale 1")
+    ap.add_argument("--scales", type=float, nargs="+", default=[1, 4])
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--output", default=None, help="write all samples here (JSON)")
+    args = ap.parse_args(argv)
+    env = dict(e.split("=", 1) for e in args.env)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for scale in args.scales:
+            r = run(args.config, int(args.base_groups * scale), args.steps, args.interval, env, Path(tmp))
+            results.append(r)
+            print(
+                f"scale {scale:g} ({r['groups']} groups, {r['windows']} windows): RSS over time (s: MB @ step)"
+            )
+            for t, mb, step in r["samples"][:: max(1, len(r["samples"]) // 12)]:
+                print(f"  {t:6.0f}: {mb:7.0f} @ {step}")
+    print("\n| training groups | windows | RSS at the first step (MB) | peak RSS (MB) |\n|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['groups']} | {r['windows']} | {r['rss_at_first_step_mb']:.0f} | {r['peak_rss_mb']:.0f} |"
+        )
+    if args.output:
+        Path(args.output).write_text(json.dumps({"env": env, "runs": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
