@@ -85,8 +85,17 @@ class BatchLabeler:
         return {"batch_id": batch.id, "input_file_id": uploaded.id, "requests": len(lines)}
 
     def _poll(self, batch_id: str, progress=None):
+        failures = 0
         while True:
-            batch = self.a.client.batches.retrieve(batch_id)
+            try:
+                batch = self.a.client.batches.retrieve(batch_id)
+            except Exception as exc:  # a transient error while waiting is retried, not fatal
+                failures += 1
+                if not self.a._is_retryable(exc) or failures > self.a.s.max_retries:
+                    raise
+                self.sleep(min(self.a.s.backoff_max, self.a.s.backoff_base * 2**failures))
+                continue
+            failures = 0
             self.status = batch.status
             counts = getattr(batch, "request_counts", None)
             if progress is not None and counts is not None:

@@ -31,6 +31,8 @@ from .results import (
 )
 from .selection import SelectionParams, Units, merge_spans, select, uncertainty
 
+_DEFAULT_PARAMS = SelectionParams()  # frozen: shared by every call that passes no params
+
 
 class ContextPruner:
     """Prune retrieved passages down to the sentences a query needs.
@@ -168,8 +170,8 @@ class ContextPruner:
     def selection_params(self, params: SelectionParams | None = None, **overrides) -> SelectionParams:
         """``params`` (default ``SelectionParams()``) with ``overrides``, the threshold and relative
         floor resolved to the checkpoint's calibrated ones where not given."""
-        p = (params or SelectionParams()).replace(**overrides) if overrides else (params or SelectionParams())
-        return p.resolve(self.config)
+        p = params or _DEFAULT_PARAMS
+        return (p.replace(**overrides) if overrides else p).resolve(self.config)
 
     def score(self, query: str, passages: Sequence[PassageInput] | PassageInput) -> PassageScores:
         """Sentence scores and passage relevance, no selection.

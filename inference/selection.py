@@ -7,6 +7,7 @@ the pruner applies them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import numbers
@@ -219,16 +220,23 @@ class SelectionParams:
     def resolve(self, config) -> SelectionParams:
         """The settings with the checkpoint's calibrated values (``config``: a PrunerConfig)
         filled in where they were left to it."""
-        return dataclasses.replace(
-            self,
-            threshold=config.threshold if self.threshold is None else self.threshold,
-            relative_floor=getattr(config, "relative_floor", None)
+        resolved = {
+            "threshold": config.threshold if self.threshold is None else self.threshold,
+            "relative_floor": getattr(config, "relative_floor", None)
             if self.relative_floor == CHECKPOINT
             else self.relative_floor,
-            uncertain_below=getattr(config, "uncertainty_threshold", None)
+            "uncertain_below": getattr(config, "uncertainty_threshold", None)
             if self.uncertain_below == CHECKPOINT
             else self.uncertain_below,
-        )
+        }
+        if all(getattr(self, k) == v for k, v in resolved.items()):
+            return self
+        # validated when set; the checkpoint's values were checked when its config was loaded,
+        # so this copy skips __post_init__ (per-request cost on the serving path)
+        out = copy.copy(self)
+        for k, v in resolved.items():
+            object.__setattr__(out, k, v)
+        return out
 
 
 def _check_knob(f, value) -> None:

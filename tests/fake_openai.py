@@ -27,6 +27,7 @@ class FakeOpenAI:
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}
         self.batch_polls = 2  # status checks a batch stays in progress for
+        self.get_failures = 0  # GET requests (status checks, downloads) answered 500 first
         self.lock = threading.Lock()
         fake = self
 
@@ -37,6 +38,9 @@ class FakeOpenAI:
             def do_GET(self):
                 parts = self.path.split("?")[0].strip("/").split("/")
                 with fake.lock:
+                    if fake.get_failures:
+                        fake.get_failures -= 1
+                        return self._send(500, {"error": {"message": "boom"}})
                     if parts[-2:-1] == ["batches"] and parts[-1] in fake.batches:
                         return self._send(200, fake._advance(parts[-1]))
                     if parts[-1] == "content" and parts[-2] in fake.files:

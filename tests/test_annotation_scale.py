@@ -28,6 +28,7 @@ def test_batch_api_gives_the_online_labels_at_the_batch_price(tmp_path):
     with FakeOpenAI() as fake:
         ann = Annotator(settings(fake.url, price_prompt=1.0, price_completion=2.0))
         ann.open_cache(tmp_path / "cache.jsonl")
+        fake.get_failures = 1  # a status check fails once: retried, not fatal
         acc = BatchLabeler(ann, poll_interval=0).run(gs, out, rej)
         assert len(fake.batches) == 1 and fake.batches["batch-0"]["polls"] == 3  # polled until done
         (line,) = {json.loads(x)["url"] for x in fake.files["file-0"].decode().splitlines()}
