@@ -6,7 +6,8 @@ RSS once the data is loaded, and the peak.
 
 Only the data size changes between runs (same steps, batch size, dev slice); calibration and the
 report slice are off, so the numbers are the data and the training loop. ``--env NAME=VALUE``
-(repeatable) sets variables for the training processes, e.g. to compare allocator settings.
+(repeatable) sets variables for the training processes; ``--set KEY=VALUE`` overrides the config,
+e.g. ``train.malloc_mmap_threshold=0`` for glibc's adaptive allocator.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ def rss_mb(pid: int) -> float | None:
     return int(m.group(1)) / 1024 if m else None
 
 
-def run(config: str, groups: int, steps: int, interval: float, env: dict, out_dir: Path) -> dict:
+def run(
+    config: str, groups: int, steps: int, interval: float, env: dict, out_dir: Path, overrides: list[str]
+) -> dict:
     log = out_dir / f"train-{groups}.log"
     cmd = [
         sys.executable, "-m", "pruner_model.cli", "train", "--config", config, "--output", str(out_dir / f"m{groups}"),
         "--set", f"data.max_train_groups={groups}", "--set", f"train.max_steps={steps}",
         "--set", "train.eval_every=0", "--set", f"train.save_every={steps}", "--set", "calibration.enabled=false",
         "--set", "data.report_dev_groups=0", "--set", "data.max_dev_groups=50",
+        *[a for o in overrides for a in ("--set", o)],
     ]  # fmt: skip
     t0 = time.perf_counter()
     samples: list[tuple[float, float, int | None]] = []
@@ -77,13 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for every run, e.g. train.malloc_mmap_threshold=0 (glibc's default)",
+    )
     ap.add_argument("--output", default=None, help="write all samples here (JSON)")
     args = ap.parse_args(argv)
     env = dict(e.split("=", 1) for e in args.env)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for scale in args.scales:
-            r = run(args.config, int(args.base_groups * scale), args.steps, args.interval, env, Path(tmp))
+            groups = int(args.base_groups * scale)
+            r = run(args.config, groups, args.steps, args.interval, env, Path(tmp), args.set)
             results.append(r)
             print(
                 f"scale {scale:g} ({r['groups']} groups, {r['windows']} windows): RSS over time (s: MB @ step)"
@@ -96,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['groups']} | {r['windows']} | {r['rss_at_first_step_mb']:.0f} | {r['peak_rss_mb']:.0f} |"
         )
     if args.output:
-        Path(args.output).write_text(json.dumps({"env": env, "runs": results}, indent=2))
+        Path(args.output).write_text(json.dumps({"env": env, "set": args.set, "runs": results}, indent=2))
     return 0
 
 

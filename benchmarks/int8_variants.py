@@ -1,4 +1,4 @@
-"""Which dynamic int8 quantization keeps an export's keep/drop decisions: a side-by-side check.
+"""Which int8 quantization keeps an export's keep/drop decisions: a side-by-side check.
 
     python benchmarks/int8_variants.py --export runs/reference-onnx [--data data/squad/dev.jsonl]
         [--groups 100] [--work /tmp/int8-variants]
@@ -6,7 +6,8 @@
 Quantizes the fp32 ``model.onnx`` of an export folder (``pruner export`` without ``--quantize``)
 several ways with ``inference.onnx_export.quantize_int8``: one scale per tensor (``plain``), per
 output channel (what ``pruner export`` uses), ``reduce_range``, per channel with the two heads left
-in fp32, and per tensor with the last encoder layer and heads left in fp32. For each it prints the keep/drop agreement with fp32 on the export's
+in fp32, per tensor with the last encoder layer and heads left in fp32, and static QDQ (activation
+ranges calibrated on 16 dev groups outside the compared ones, per-channel weights). For each it prints the keep/drop agreement with fp32 on the export's
 128 validation sentences and on every sentence of the first ``--groups`` dev groups of the seeded
 permutation (the in-training evaluation slice), and the int8 time of one 16-window batch relative
 to ``plain`` (median of 8, measured in this run; absolute times are not printed).
@@ -20,6 +21,32 @@ import shutil
 import sys
 import time
 from pathlib import Path
+
+
+def quantize_static_qdq(fp32_path: Path, int8_path: Path, batches: list[dict]) -> None:
+    """Static int8 (QDQ format, per-channel weights, activation ranges from ``batches``) of the
+    MatMuls of an exported graph."""
+    from onnx import TensorProto
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(
+        str(fp32_path),
+        str(int8_path),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        extra_options={"DefaultTensorType": TensorProto.FLOAT},
+    )
 
 
 def main() -> int:
@@ -68,7 +95,15 @@ def main() -> int:
         "reduce_range": {"per_channel": False, "reduce_range": True},
         "per_channel_heads_fp32": {"nodes_to_exclude": heads},
         "last_layer_heads_fp32": {"per_channel": False, "nodes_to_exclude": last + heads},
+        # static: activation ranges calibrated on dev windows, QDQ nodes around the MatMuls
+        "static_qdq_per_channel": {"static": True},
     }
+    extra = load_slice(read_jsonl(args.data), args.seed, args.groups, args.groups + 16)
+    calibration_batches = [
+        sample_inputs(tok, cfg, queries=[g.query] * len(g.passages), passages=[p["text"] for p in g.passages])
+        for g in extra
+        if g.passages
+    ]
     work = Path(args.work)
     batch = sample_inputs(tok, cfg, queries=[items[0][0]] * 16, passages=[items[0][1][0]] * 16)
     print(f"{len(ref)} sentences in {len(items)} dev groups; fp32 keeps {ref.mean():.3f} of them")
@@ -77,7 +112,16 @@ def main() -> int:
         d = work / name
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(src, d)
-        quantize_int8(d / "model.onnx", d / "model.int8.onnx", **kw)
+        try:
+            if kw.get("static"):
+                quantize_static_qdq(d / "model.onnx", d / "model.int8.onnx", calibration_batches)
+            else:
+                quantize_int8(d / "model.onnx", d / "model.int8.onnx", **kw)
+        except Exception as exc:  # a variant onnxruntime cannot build is reported, not fatal
+            print(
+                json.dumps({"variant": name, "failed": f"{type(exc).__name__}: {str(exc)[:200]}"}), flush=True
+            )
+            continue
         synthetic = int8_agreement(d, tok, cfg)["int8_agreement"]
         backend = OnnxBackend.from_pretrained(d, device="cpu", quantized=True)
         real = float(np.mean(keep_decisions(ContextPruner(backend, tok, cfg), items) == ref))

@@ -69,7 +69,9 @@ def encode_pairs(
             f"max_length={max_length} leaves {budget} context tokens per window, not more than "
             f"stride={stride}: raise max_length or lower stride/max_query_length"
         )
-    cut = {q: truncate_query(tokenizer, q, max_query_length) for q in set(queries)}  # one query, many passages
+    cut = {
+        q: truncate_query(tokenizer, q, max_query_length) for q in set(queries)
+    }  # one query, many passages
     queries = [cut[q] for q in queries]
     enc = tokenizer(
         list(queries),

@@ -348,3 +348,16 @@ def test_calibration_margin_and_loss_weights_are_validated():
     with pytest.raises(ConfigError, match="margin"):
         load_config(None, ["calibration.target_evidence=0.99", "calibration.margin=0.05"])
     assert load_config(None, ["calibration.margin=0.01"]).calibration.margin == 0.01
+
+
+def test_allocator_threshold_and_shift_groups_are_validated():
+    import sys
+
+    from pruner_model.memory import fix_mmap_threshold
+
+    with pytest.raises(ConfigError, match="train.malloc_mmap_threshold must be >= 0"):
+        load_config(None, ["train.malloc_mmap_threshold=-1"])
+    with pytest.raises(ConfigError, match="shift_groups"):
+        load_config(None, ["calibration.shift_groups=0"])
+    assert fix_mmap_threshold(0) is False  # 0 leaves the allocator alone
+    assert fix_mmap_threshold(65536) is (sys.platform.startswith("linux"))  # glibc here

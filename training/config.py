@@ -81,6 +81,9 @@ class TrainSection:
     best_metric: str = "compression_at_target"  # dev metric that picks the kept checkpoint
     num_workers: int = 0
     threads: int | None = None  # torch CPU threads (None = torch default)
+    # bytes above which glibc serves allocations with mmap (0 = glibc's adaptive default, whose
+    # heap fragments under varied batch shapes: resident memory then climbs all run long)
+    malloc_mmap_threshold: int = 65536
     # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
     # against every sentence of its group (distractor passages too), not only its own passage's
     group_batches: bool = False
@@ -169,7 +172,7 @@ class TrainConfig:
             raise ConfigError(f"train.max_steps must be >= 1 (or null), got {t.max_steps}")
         if t.max_grad_norm < 0 or t.weight_decay < 0:
             raise ConfigError("train.max_grad_norm and train.weight_decay must be >= 0")
-        for name in ("eval_every", "save_every", "num_workers"):
+        for name in ("eval_every", "save_every", "num_workers", "malloc_mmap_threshold"):
             if getattr(t, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
         if t.log_every < 1:

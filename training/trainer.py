@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from pruner_model import PrunerModel
 from pruner_model.groups import load_slice
+from pruner_model.memory import fix_mmap_threshold
 from pruner_model.records import write_json
 
 from .calibration import calibrate, report
@@ -92,6 +93,7 @@ class Trainer:
         t = self.cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
+        fix_mmap_threshold(t.malloc_mmap_threshold)
         mp = t.mixed_precision
         if mp == "auto":
             mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
