@@ -3,6 +3,7 @@
 RSS once the data is loaded, and the peak.
 
     python3 benchmarks/bench_train_memory.py --config configs/reference.yaml --scales 1 4 --steps 150
+    python3 benchmarks/bench_train_memory.py --bare --steps 240   # the training loop alone
 
 Only the data size changes between runs (same steps, batch size, dev slice); calibration and the
 report slice are off, so the numbers are the data and the training loop. ``--env NAME=VALUE``
@@ -73,6 +74,39 @@ def _step(log: Path) -> int | None:
     return int(found[-1]) if found else None
 
 
+def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
+    """The training loop alone (bundled MiniLM, bf16 autocast, AdamW, random windows): RSS every
+    20 steps, with batch shapes that change every step (60-256 tokens) or one fixed shape."""
+    import torch
+    from pruner_model.training.config import load_config
+    from pruner_model.training.model_setup import build_model
+
+    from pruner_model.memory import fix_mmap_threshold
+
+    fix_mmap_threshold(threshold)
+    torch.manual_seed(0)
+    model, _ = build_model(load_config(None))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    g = torch.Generator().manual_seed(0)
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        n = 160 if fixed_length else int(torch.randint(60, 257, (1,), generator=g))
+        ids = torch.randint(1000, 20000, (16, n), generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                labels=torch.randint(0, 2, (16, n), generator=g),
+                relevance_labels=torch.ones(16),
+            )
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if step % 20 == 0:
+            rate = (time.perf_counter() - t0) / step
+            print(f"  step {step}: {rss_mb(os.getpid()):.0f} MB ({rate:.2f} s/step)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/reference.yaml")
@@ -89,7 +123,24 @@ def main(argv: list[str] | None = None) -> int:
         help="config override for every run, e.g. train.malloc_mmap_threshold=0 (glibc's default)",
     )
     ap.add_argument("--output", default=None, help="write all samples here (JSON)")
+    ap.add_argument(
+        "--bare",
+        action="store_true",
+        help="instead: the training loop alone, glibc's adaptive threshold vs the fixed one, varied vs fixed shapes",
+    )
     args = ap.parse_args(argv)
+    if args.bare:
+        for threshold, fixed in ((0, False), (65536, False), (0, True)):
+            label = f"mmap threshold {threshold or 'adaptive'}, {'fixed' if fixed else 'varied'} shapes"
+            print(label, flush=True)
+            code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_train_memory as b; "
+            code += f"b.bare_loop({args.steps}, {threshold}, {fixed})"
+            subprocess.run(
+                [sys.executable, "-c", code],
+                check=True,
+                env={**os.environ, **dict(e.split("=", 1) for e in args.env)},
+            )
+        return 0
     env = dict(e.split("=", 1) for e in args.env)
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--target", type=float, default=None, help="promised evidence (default: the checkpoint's)"
     )
+    ap.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also show what this threshold (the checkpoint's scale) keeps, e.g. nyt-only=0.012 (repeatable)",
+    )
     ap.add_argument("--output", default=None, help="write all numbers here (JSON)")
     args = ap.parse_args(argv)
     if not args.model and not args.baselines:
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 target=target,
                 baselines=baselines if name == "baselines" else (),
                 pipeline=False,
+                thresholds=dict((k, float(v)) for k, v in (t.split("=", 1) for t in args.threshold)),
             )
             wanted = {k: v for k, v in rep["systems"].items() if (k != "pruner") == (name == "baselines")}
             wanted.pop("pruner_absolute", None)
@@ -97,6 +105,13 @@ def main(argv: list[str] | None = None) -> int:
                     row["compression_with_keep_all"] = unc["compression_with_keep_all"]
                 rows.append(row)
                 out["results"].setdefault(label, {})[sl] = row
+                for extra, m in (
+                    rep["operating_point"]["at_thresholds"] if sys_name == "pruner" else {}
+                ).items():
+                    alt = {**row, "system": f"{label} @ {extra}", "kept": m["evidence_preserved"]}
+                    alt.update(compression_at_threshold=m["compression"], uncertain_share=None)
+                    rows.append(alt)
+                    out["results"].setdefault(alt["system"], {})[sl] = alt
             print(f"{name} {sl}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
     print(

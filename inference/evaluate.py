@@ -184,6 +184,7 @@ def evaluate(
     start: int = 0,
     seed: int = 0,
     pipeline: bool = True,
+    thresholds: dict[str, float] | None = None,
 ) -> dict:
     """Curves, best compression per evidence target and the recommended threshold.
 
@@ -191,7 +192,8 @@ def evaluate(
     (:func:`pruner_model.groups.load_slice`, the slicing training calibrates and reports on);
     all groups when ``max_groups`` is None and ``start`` is 0. ``pipeline=False`` skips the
     operating point's second pass through the full pipeline (dedup, budgets): the operating point
-    is then read off the sentence scores alone.
+    is then read off the sentence scores alone. ``thresholds`` (name -> threshold on the
+    checkpoint's scale): what each keeps, in ``operating_point.at_thresholds``.
     """
     cfg = pruner.config
     if start or max_groups is not None:
@@ -280,6 +282,7 @@ def evaluate(
     op = metrics_at(model_groups, threshold, keep_masks=masks[0] if pipeline else None)
     op["checkpoint_threshold"] = float(pruner.config.threshold)
     op["at_checkpoint_threshold"] = metrics_at(model_groups, float(pruner.config.threshold))
+    op["at_thresholds"] = {name: metrics_at(model_groups, float(t)) for name, t in (thresholds or {}).items()}
     below = getattr(cfg, "uncertainty_threshold", None)
     if below is not None:  # queries flagged uncertain, and the checkpoint's threshold with keep_all for them
         flagged = [bool(len(g.scores)) and float(g.scores.max()) < below for g in raw]

@@ -47,6 +47,9 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
     p.add_argument(
+        "--dtype", choices=["bf16"], default=None, help="torch backend: the encoder under bf16 autocast"
+    )
+    p.add_argument(
         "--write-threshold", action="store_true", help="store the recommended threshold in the model"
     )
     return p
@@ -82,7 +85,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         keep = slice_ids((group_of(r) for r in records), args.seed, args.start, stop)
         records = build_slice(args.slice, records, args.seed, keep)
         max_groups, args.start = None, 0
-    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, quantized=args.quantized)
+    extra = {"dtype": args.dtype} if args.dtype else {}
+    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, quantized=args.quantized, **extra)
     report = evaluate(
         pruner,
         records,
