@@ -3,10 +3,11 @@
 glibc raises its mmap threshold each time a large block is freed (up to 32 MiB), so the
 activations of later batches come from the heap; with batch shapes that change every step (length
 -grouped windows) the heap fragments and resident memory climbs for the whole run. A fixed
-threshold keeps large blocks on mmap, returned to the system when freed. Measured on a bare bf16
-training loop of MiniLM-L6 with batches of 16 windows of 60-256 tokens: 4.2 GB after 100 steps and
-climbing with glibc's default, 1.47 GB flat from step 100 to 240 with a fixed 64 KiB threshold
-(docs/scale-out.md).
+threshold keeps large blocks on mmap, returned to the system when freed, at the price of page
+faults on every large allocation. Measured on a bare bf16 training loop of MiniLM-L6 with batches
+of 16 windows of 60-256 tokens (docs/scale-out.md): about 4 GB after 100 steps and climbing with
+glibc's default; flat around 1.5 GB with a fixed 64 KiB threshold, with steps about 1.5x slower on
+2 CPU cores. Training leaves it off unless ``train.malloc_mmap_threshold`` is set.
 """
 
 from __future__ import annotations

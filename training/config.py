@@ -81,9 +81,10 @@ class TrainSection:
     best_metric: str = "compression_at_target"  # dev metric that picks the kept checkpoint
     num_workers: int = 0
     threads: int | None = None  # torch CPU threads (None = torch default)
-    # bytes above which glibc serves allocations with mmap (0 = glibc's adaptive default, whose
-    # heap fragments under varied batch shapes: resident memory then climbs all run long)
-    malloc_mmap_threshold: int = 65536
+    # bytes above which glibc serves allocations with mmap. 0 = glibc's adaptive default, whose heap
+    # fragments under varied batch shapes (resident memory climbs for hundreds of steps); 65536
+    # keeps it flat at a speed cost (docs/scale-out.md: about 1.5x the step time on 2 CPU cores)
+    malloc_mmap_threshold: int = 0
     # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
     # against every sentence of its group (distractor passages too), not only its own passage's
     group_batches: bool = False
