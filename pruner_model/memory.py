@@ -6,7 +6,7 @@ activations of later batches come from the heap; with batch shapes that change e
 threshold keeps large blocks on mmap, returned to the system when freed, at the price of page
 faults on every large allocation. Measured on a bare bf16 training loop of MiniLM-L6 with batches
 of 16 windows of 60-256 tokens (docs/scale-out.md): about 4 GB after 100 steps and climbing with
-glibc's default; flat around 1.5 GB with a fixed 64 KiB threshold, with steps about 1.5x slower on
+glibc's default; about 1.4 GB with a fixed 64 KiB threshold, with steps about 1.6x slower on
 2 CPU cores. Training leaves it off unless ``train.malloc_mmap_threshold`` is set.
 """
 

@@ -83,7 +83,7 @@ class TrainSection:
     threads: int | None = None  # torch CPU threads (None = torch default)
     # bytes above which glibc serves allocations with mmap. 0 = glibc's adaptive default, whose heap
     # fragments under varied batch shapes (resident memory climbs for hundreds of steps); 65536
-    # keeps it flat at a speed cost (docs/scale-out.md: about 1.5x the step time on 2 CPU cores)
+    # keeps it lower at a speed cost (docs/scale-out.md: about 1.6x the step time on 2 CPU cores)
     malloc_mmap_threshold: int = 0
     # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
     # against every sentence of its group (distractor passages too), not only its own passage's
