@@ -33,13 +33,13 @@ class BatchFailed(RuntimeError):
     """The provider ended the batch without results (failed, expired or cancelled with no output)."""
 
 
-def _requests(annotator: Annotator, group: dict) -> list[tuple[str, str, list[PromptPassage]]]:
-    """``(key, alias in the group, passages of the request)`` for every request the group needs."""
+def _requests(annotator: Annotator, group: dict) -> dict[str, tuple[str, list[PromptPassage]]]:
+    """``{cache key: (query, passages of the request)}`` for every request the group needs (one
+    listwise request, or one per passage)."""
     passages, listwise = annotator.plan(group)
     query = group["query"]
-    if listwise:
-        return [(request_key(annotator.s.model, query, passages), "*", passages)]
-    return [(request_key(annotator.s.model, query, [alone(p)]), p.alias, [alone(p)]) for p in passages]
+    requests = [passages] if listwise else [[alone(p)] for p in passages]
+    return {request_key(annotator.s.model, query, ps): (query, ps) for ps in requests}
 
 
 class BatchLabeler:
@@ -66,6 +66,11 @@ class BatchLabeler:
         self.a, self.poll_interval, self.price_factor = annotator, poll_interval, price_factor
         self.wait, self.sleep = wait, sleep
         self.status: str | None = None  # the last batch status seen
+
+    @property
+    def pending(self) -> bool:
+        """A batch was seen still running (submitted without waiting, or checked again)."""
+        return self.status is not None and self.status not in DONE
 
     # ------------------------------------------------------------------ submit
     def _submit(self, lines: list[dict], output: Path) -> dict:
@@ -121,7 +126,7 @@ class BatchLabeler:
                 out.append(obj)
         return out
 
-    def _ingest(self, batch, by_key: dict[str, list[PromptPassage]]) -> dict[str, str]:
+    def _ingest(self, batch, by_key: dict[str, tuple[str, list[PromptPassage]]]) -> dict[str, str]:
         """Valid answers into the cache; returns ``{key: why it has no answer}`` for the others."""
         s = self.a.s
         failed: dict[str, str] = {}
@@ -145,7 +150,7 @@ class BatchLabeler:
             choices = body.get("choices") or [{}]
             content = (choices[0].get("message") or {}).get("content") or ""
             try:
-                parse_answer(content, by_key[key])
+                parse_answer(content, by_key[key][1])
             except InvalidAnswer as exc:
                 self.a.acc.add(invalid_answers=1)
                 failed[key] = f"invalid answer: {exc}"
@@ -171,22 +176,21 @@ class BatchLabeler:
         if progress is not None:
             progress.update(len(groups) - len(todo))
         plans = {str(g["id"]): _requests(self.a, g) for g in todo}
-        by_key = {key: ps for reqs in plans.values() for key, _, ps in reqs}
+        by_key = {key: req for reqs in plans.values() for key, req in reqs.items()}
         t0 = time.perf_counter()
         state = json.loads(state_path.read_text()) if state_path.is_file() else None
         if state is None:
             missing = [k for k in by_key if k not in self.a.cache]
             self.a.acc.add(cache_hits=sum(len(r) for r in plans.values()) - len(missing))
             if missing:
-                queries = {key: g["query"] for g in todo for key, _, _ in plans[str(g["id"])]}
                 lines = [
                     {
                         "custom_id": key,
                         "method": "POST",
                         "url": "/v1/chat/completions",
                         "body": self.a.request_body(
-                            build_messages(queries[key], by_key[key], nonce=key[:12]),
-                            by_key[key],
+                            build_messages(by_key[key][0], by_key[key][1], nonce=key[:12]),
+                            by_key[key][1],
                             "json_schema" if self.a.structured == "auto" else self.a.structured,
                         ),
                     }
@@ -198,7 +202,7 @@ class BatchLabeler:
         failed: dict[str, str] = {}
         if state is not None:
             batch = self._poll(state["batch_id"], progress)
-            if batch.status not in DONE:
+            if self.pending:
                 self.a.acc.add(seconds=time.perf_counter() - t0)
                 return self.a.acc  # submitted or still running: a later run ingests it
             failed = self._ingest(batch, by_key)
@@ -208,8 +212,7 @@ class BatchLabeler:
         hits = self.a.acc.cache_hits  # label_group below reads this run's answers back from the cache
         with open(output, "a", encoding="utf-8") as out_fh, open(rejects, "a", encoding="utf-8") as rej_fh:
             for g in todo:
-                keys = [key for key, _, _ in plans[str(g["id"])]]
-                missing = [k for k in keys if k not in self.a.cache]
+                missing = [k for k in plans[str(g["id"])] if k not in self.a.cache]
                 if missing:
                     why = failed.get(missing[0], f"no answer in the batch (status {self.status})")
                     rej_fh.write(json.dumps({"id": g["id"], "reason": why}) + "\n")

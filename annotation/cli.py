@@ -275,7 +275,7 @@ def annotate_main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 3
         summary["accounting"] = acc.to_dict()
-        if args.batch_api and labeler.status not in (None, "completed", "failed", "expired", "cancelled"):
+        if args.batch_api and labeler.pending:
             print(
                 f"batch {labeler.status}: run the same command again to collect its results", file=sys.stderr
             )

@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: the training loop alone, glibc's adaptive threshold vs the fixed one, varied vs fixed shapes",
     )
     args = ap.parse_args(argv)
+    env = dict(e.split("=", 1) for e in args.env)
     if args.bare:
         for threshold, fixed in ((0, False), (65536, False), (0, True)):
             label = f"mmap threshold {threshold or 'adaptive'}, {'fixed' if fixed else 'varied'} shapes"
@@ -138,10 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(
                 [sys.executable, "-c", code],
                 check=True,
-                env={**os.environ, **dict(e.split("=", 1) for e in args.env)},
+                env={**os.environ, **env},
             )
         return 0
-    env = dict(e.split("=", 1) for e in args.env)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for scale in args.scales:
