@@ -77,15 +77,17 @@ class BatchLabeler:
         path = output.with_name(output.name + ".batch-input.jsonl")
         with atomic_open(path) as fh:
             fh.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
-        with open(path, "rb") as fh:
-            uploaded = self.a.client.files.create(file=fh, purpose="batch")
-        batch = self.a.client.batches.create(
-            input_file_id=uploaded.id,
-            endpoint="/v1/chat/completions",
-            completion_window="24h",
-            metadata={"created_by": "pruner annotate"},
-        )
-        path.unlink()
+        try:  # the request file is only the upload's payload: removed whether or not it went up
+            with open(path, "rb") as fh:
+                uploaded = self.a.client.files.create(file=fh, purpose="batch")
+            batch = self.a.client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={"created_by": "pruner annotate"},
+            )
+        finally:
+            path.unlink(missing_ok=True)
         self.a.acc.add(requests=len(lines))
         return {"batch_id": batch.id, "input_file_id": uploaded.id, "requests": len(lines)}
 

@@ -27,6 +27,7 @@ class FakeOpenAI:
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}
         self.batch_polls = 2  # status checks a batch stays in progress for
+        self.upload_fails = False  # POST /files answers 500
         self.get_failures = 0  # GET requests (status checks, downloads) answered 500 first
         self.lock = threading.Lock()
         fake = self
@@ -56,6 +57,8 @@ class FakeOpenAI:
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers["content-length"]))
+                if self.path.endswith("/files") and fake.upload_fails:
+                    return self._send(500, {"error": {"message": "upload failed"}})
                 if self.path.endswith("/files"):
                     return self._send(200, fake._upload(raw, self.headers["content-type"]))
                 body = json.loads(raw)

@@ -64,6 +64,19 @@ def test_batch_submitted_without_waiting_is_collected_not_resubmitted(tmp_path):
     assert not (tmp_path / "o.jsonl.batch.json").exists()
 
 
+def test_failed_upload_leaves_no_request_file_and_no_batch_state(tmp_path):
+    import openai
+
+    out = tmp_path / "o.jsonl"
+    with FakeOpenAI() as fake:
+        fake.upload_fails = True
+        with pytest.raises(openai.APIStatusError):
+            BatchLabeler(Annotator(settings(fake.url)), poll_interval=0).run(
+                groups(2), out, tmp_path / "r.jsonl"
+            )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("o.jsonl.")) == []
+
+
 def test_batch_failures_are_rejected_and_only_they_are_sent_again(tmp_path):
     gs = groups(4)
     out, rej = tmp_path / "o.jsonl", tmp_path / "r.jsonl"
