@@ -361,3 +361,39 @@ def test_allocator_threshold_and_shift_groups_are_validated():
         load_config(None, ["calibration.shift_groups=0"])
     assert fix_mmap_threshold(0) is False  # 0 leaves the allocator alone
     assert fix_mmap_threshold(65536) is (sys.platform.startswith("linux"))  # glibc here
+
+
+def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tiny_model, monkeypatch):
+    from pruner_model.training import calibration
+
+    a = "The tower of Paris is famous. The tower of Paris was finished in 1889. Tourists visit it."
+    b = "The harbour is old. Gustave built it with iron. Boats dock there."
+    dev = [
+        {  # two annotators: one marked the year, the other the tourists
+            "id": "qa/d0",
+            "query": "When was the tower of Paris finished?",
+            "context": a,
+            "relevant_spans": [[a.index("The tower of Paris was"), a.index(" Tourists")]],
+            "meta": {"answers": [[a.index("1889"), a.index("1889") + 4], [a.index("Tourists"), len(a)]]},
+        },
+        {  # the answer sentence shares no content word with the question
+            "id": "qb/d0",
+            "query": "Who designed the harbour?",
+            "context": b,
+            "relevant_spans": [[b.index("Gustave"), b.index(" Boats")]],
+            "meta": {"answers": [[b.index("Gustave"), b.index("Gustave") + 7]]},
+        },
+    ]
+    first = {g.id: g.labels[0].tolist() for g in calibration._slice(tiny_model, dev, 0, 0, None)}
+    every = calibration._slice(tiny_model, dev, 0, 0, None, every_answer=True)
+    assert first["qa"] == [False, True, False]
+    assert {g.id: g.labels[0].tolist() for g in every} == {"qa": [False, True, True], "qb": [False, True, False]}
+
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("the low-overlap slice reuses the calibration groups' scores")
+
+    monkeypatch.setattr(calibration, "_score", no_scoring)
+    scored = [f"scores of {g.id}" for g in every]
+    cfg = load_config(None, ["calibration.shifts=[low_overlap]", "calibration.shift_groups=1"])
+    shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
+    assert shifted == {"low_overlap": ["scores of qb"]}

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 from tqdm.auto import tqdm
 
-from pruner_model.groups import LabeledGroup, load_slice
+from pruner_model.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
 
 from .config import TrainConfig
 from .evaluation import build_dev_set, dev_metrics, score_dev
@@ -31,9 +31,19 @@ def _score(model, tokenizer, groups: list[LabeledGroup]):
     return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0)
 
 
-def _slice(model, dev: list[dict], seed: int, start: int, stop: int | None) -> list[LabeledGroup]:
+def _slice(
+    model, dev: list[dict], seed: int, start: int, stop: int | None, every_answer: bool = False
+) -> list[LabeledGroup]:
+    """Groups ``start:stop`` of the permutation; with ``every_answer``, each labeled with every
+    annotator's answer sentences (``meta.answers``) instead of its record's spans."""
     mc = model.config
-    return load_slice(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
+    if not every_answer:
+        return load_slice(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
+    from pruner_model.shifts import as_is
+
+    keep = slice_ids((group_of(r) for r in dev), seed, start, stop)
+    records = as_is([r for r in dev if group_of(r) in keep])
+    return load_groups(records, mc.segmenter_language, mc.segmenter_structure)
 
 
 def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool = False) -> dict | None:
@@ -48,12 +58,12 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     c = cfg.calibration
     if not c.enabled or cfg.data.calibration_dev_groups == 0:
         return None
-    groups = _slice(model, dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups)
+    groups = _slice(model, dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups, c.every_answer)
     if not groups:
         return None
     mc = model.config
     scored, auc = _score(model, tokenizer, groups)
-    shifted = _score_shifts(model, tokenizer, cfg, dev, {g.id for g in groups[: c.shift_groups]})
+    shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored)
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]
@@ -110,13 +120,22 @@ def _uncertainty_threshold(groups, exponent: float, share: float) -> float | Non
     return float(np.quantile(best, share))
 
 
-def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], ids: set[str]) -> dict:
-    """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored."""
-    from pruner_model.groups import load_groups
+def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, scored) -> dict:
+    """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
+
+    ``mined`` and ``noisy`` copies are built from the first ``calibration.shift_groups`` groups
+    and scored again. ``low_overlap`` is a subset of the calibration groups themselves: with
+    every answer labeled (the slice's labels) it takes their scores as they are, from all of them.
+    """
     from pruner_model.shifts import build_slice
 
-    mc, out = model.config, {}
-    for name in cfg.calibration.shifts:
+    c, mc, out = cfg.calibration, model.config, {}
+    ids = {g.id for g in groups[: c.shift_groups]}
+    for name in c.shifts:
+        if name == "low_overlap" and c.every_answer:
+            picked = {group_of(r) for r in build_slice(name, dev, cfg.data.seed, {g.id for g in groups})}
+            out[name] = [s for g, s in zip(groups, scored) if g.id in picked]
+            continue
         records = build_slice(name, dev, cfg.data.seed, ids)
         groups = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if groups:

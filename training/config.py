@@ -111,12 +111,18 @@ class CalibrationSection:
     # scored beside them: floor and exponent are chosen on all of them pooled, and the threshold is
     # the lowest that meets the target on each, so the promise holds off the calibration domain too
     shifts: list[str] = field(default_factory=list)
-    # build the shifted copies from only N of the calibration groups (None = all of them):
-    # each shift scores its groups again, so this bounds the calibration time of large slices
+    # build the mined and noisy copies from only N of the calibration groups (None = all of them):
+    # each scores its groups again, so this bounds the calibration time of large slices
+    # (low_overlap is a subset of the calibration groups and reuses their scores)
     shift_groups: int | None = None
     # queries whose best sentence scores under the uncertainty threshold are flagged uncertain: it
     # is set so that this share of the calibration queries with evidence falls under it (0 = off)
     uncertain_share: float = 0.1
+    # label every annotator's answer sentences in the calibration groups (records with
+    # meta.answers, as `pruner data squad` writes): the threshold then keeps all of them, the
+    # standard a question is judged by when several people marked its answer. Records without
+    # meta.answers keep their relevant_spans either way
+    every_answer: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.uncertain_share < 1.0:
