@@ -387,7 +387,10 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tiny_
     first = {g.id: g.labels[0].tolist() for g in calibration._slice(tiny_model, dev, 0, 0, None)}
     every = calibration._slice(tiny_model, dev, 0, 0, None, every_answer=True)
     assert first["qa"] == [False, True, False]
-    assert {g.id: g.labels[0].tolist() for g in every} == {"qa": [False, True, True], "qb": [False, True, False]}
+    assert {g.id: g.labels[0].tolist() for g in every} == {
+        "qa": [False, True, True],
+        "qb": [False, True, False],
+    }
 
     def no_scoring(*args, **kwargs):
         raise AssertionError("the low-overlap slice reuses the calibration groups' scores")
