@@ -1,0 +1,153 @@
+"""Which calibration rule keeps its promise on shifted slices: a checkpoint's scores calibrated
+under each rule, judged on choice groups that neither calibration nor reported numbers use.
+
+    python3 benchmarks/calibration_rules.py --model runs/reference --target 0.97 \
+        --calibration 0:2000 --choice 4000:5000 --low-overlap-choice 4000:6000 \
+        --cache reports/rules-reference.pkl
+
+Rules: the calibration slices (``as_is`` nyt groups with every annotator's answer labeled, their
+``noisy`` and ``mined`` copies, optionally the ``low_overlap`` subset of them) and K confidence
+bins (a query's confidence is its best relevance-weighted sentence score; bins are quantiles of the
+calibration queries' confidence, each with its own threshold, the lowest that meets the target on
+every slice with at least 20 queries of that bin). K = 1 is one threshold: what ``pruner train``
+calibrates. The checkpoint's relative floor and relevance exponent are kept. Prints, per rule and
+choice slice, evidence kept / compression at the rule's threshold(s). Scores are cached (``--cache``)
+so that rules can be compared again without the encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SLICES = ("as_is", "mined", "noisy", "low_overlap")
+
+
+def _range(text: str) -> tuple[int, int]:
+    a, b = (int(x) for x in text.split(":"))
+    if not 0 <= a < b:
+        raise argparse.ArgumentTypeError(f"expected START:STOP with START < STOP, got {text!r}")
+    return a, b
+
+
+def score_slices(model: str, data: str, plan: list[tuple[str, str, int, int]], seed: int, dtype) -> dict:
+    """``{(part, slice): [ScoredGroup]}`` with relevance-weighted (not yet relative) scores."""
+    from pruner_model.inference.evaluate import _scored, model_scores
+
+    from pruner_model import ContextPruner
+    from pruner_model.groups import group_of, load_groups, slice_ids
+    from pruner_model.records import read_jsonl
+    from pruner_model.shifts import build_slice
+
+    records = read_jsonl(data)
+    pruner = ContextPruner.from_pretrained(model, **({"dtype": dtype} if dtype else {}))
+    cfg, out = pruner.config, {}
+    for part, name, a, b in plan:
+        keep = slice_ids((group_of(r) for r in records), seed, a, b)
+        groups = load_groups(
+            build_slice(name, records, seed, keep), cfg.segmenter_language, cfg.segmenter_structure
+        )
+        scored, _ = model_scores(pruner, groups)
+        out[(part, name)] = [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
+        print(f"scored {part} {name}: {len(groups)} groups", file=sys.stderr)
+    return out
+
+
+def confidence(g) -> float:
+    return float(g.scores.max()) if len(g.scores) else 0.0
+
+
+def fit(cal: dict, floor, aim: float, bins: int, min_queries: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Bin edges over the pooled calibration queries' confidence and each bin's threshold."""
+    from pruner_model.metrics import calibrate_threshold, relative_groups
+
+    pool = np.array([confidence(g) for gs in cal.values() for g in gs if g.has_evidence])
+    edges = np.quantile(pool, np.linspace(0, 1, bins + 1)[1:-1]) if bins > 1 else np.zeros(0)
+    overall = min(calibrate_threshold(relative_groups(gs, floor), aim) for gs in cal.values())
+    out = []
+    for b in range(bins):
+        per = []
+        for gs in cal.values():
+            sub = [g for g in gs if np.searchsorted(edges, confidence(g), side="right") == b]
+            if sum(g.has_evidence for g in sub) >= min_queries:
+                per.append(calibrate_threshold(relative_groups(sub, floor), aim))
+        out.append(min(per) if per else overall)
+    return edges, np.array(out)
+
+
+def judge(groups, floor, edges, thresholds) -> tuple[float, float]:
+    from pruner_model.metrics import metrics_at, relative_groups
+
+    rel = relative_groups(groups, floor)
+    masks = [
+        r.scores >= thresholds[np.searchsorted(edges, confidence(g), side="right")]
+        for g, r in zip(groups, rel)
+    ]
+    m = metrics_at(rel, float("nan"), masks)
+    return m["evidence_preserved"], m["compression"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="checkpoint folder (its floor and exponent are kept)")
+    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--target", type=float, default=None, help="default: the checkpoint's")
+    ap.add_argument("--margin", type=float, default=0.005, help="calibrate for target + margin")
+    ap.add_argument("--calibration", type=_range, default=(0, 2000), help="START:STOP groups")
+    ap.add_argument("--choice", type=_range, default=(4000, 5000), help="START:STOP groups")
+    ap.add_argument("--low-overlap-choice", type=_range, default=(4000, 6000), help="START:STOP groups")
+    ap.add_argument("--bins", default="1,2,3,4", help="confidence bin counts to try")
+    ap.add_argument(
+        "--thresholds",
+        default="",
+        help="also judge these fixed thresholds (e.g. 0.007,0.005): the trade-off line",
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=["bf16"], default="bf16", help="encoder precision for scoring")
+    ap.add_argument("--cache", default=None, help="pickle of the scores: read if present, else written")
+    args = ap.parse_args(argv)
+    if not (Path(args.model) / "config.json").is_file():
+        ap.error(f"no checkpoint at {args.model} (config.json missing)")
+    c, ch = args.calibration, args.choice
+    if max(c) > min(ch[0], args.low_overlap_choice[0]):
+        ap.error("the choice groups must come after the calibration groups")
+    from pruner_model import PrunerConfig
+
+    cfg = PrunerConfig.from_pretrained(args.model)
+    floor, target = cfg.relative_floor, args.target or cfg.target_evidence or 0.95
+    if args.cache and Path(args.cache).is_file():
+        scores = pickle.loads(Path(args.cache).read_bytes())
+    else:
+        plan = [("cal", s, *c) for s in ("as_is", "noisy", "mined", "low_overlap")]
+        plan += [("choice", s, *ch) for s in ("as_is", "mined", "noisy")]
+        plan += [("choice", "low_overlap", *args.low_overlap_choice)]
+        scores = score_slices(args.model, args.data, plan, args.seed, args.dtype)
+        if args.cache:
+            Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.cache).write_bytes(pickle.dumps(scores))
+    aim = min(1.0, target + args.margin)
+    print(f"| calibration slices | bins | {' | '.join(SLICES)} | thresholds |")
+    print("|---|---|" + "---|" * (len(SLICES) + 1))
+    for names in (("as_is", "noisy", "mined"), ("as_is", "noisy", "mined", "low_overlap")):
+        cal = {n: scores[("cal", n)] for n in names}
+        for k in (int(x) for x in args.bins.split(",")):
+            edges, ts = fit(cal, floor, aim, k)
+            cells = [
+                "{:.3f} / {:.3f}".format(*judge(scores[("choice", s)], floor, edges, ts)) for s in SLICES
+            ]
+            print(f"| {', '.join(names)} | {k} | {' | '.join(cells)} | {', '.join(f'{t:.4f}' for t in ts)} |")
+    for t in (float(x) for x in args.thresholds.split(",") if x):
+        cells = [
+            "{:.3f} / {:.3f}".format(*judge(scores[("choice", s)], floor, np.zeros(0), np.array([t])))
+            for s in SLICES
+        ]
+        print(f"| (fixed threshold) | 1 | {' | '.join(cells)} | {t:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
