@@ -109,6 +109,7 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     # the published folder carries a model card; the resumable state lives beside it
     card = (out / "README.md").read_text()
     assert card.startswith("---\n") and "base_model:" in card and f"{loaded.config.threshold:.4f}" in card
+    assert "calibration groups and their noisy slices" in card
     assert not (out / "checkpoints").exists() and (tmp_path / "run.trainer" / "last").is_dir()
     from pruner_model.inference import ContextPruner
 

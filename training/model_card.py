@@ -18,6 +18,12 @@ def write_model_card(output: Path, cfg, config, metrics: dict) -> Path:
     base = cfg.model.init_from or cfg.model.backbone or "sentence-transformers/all-MiniLM-L6-v2"
     dev = metrics.get("dev", {})
     target = cfg.calibration.target_evidence
+    shifts = cfg.calibration.shifts
+    shifted = (
+        f"; the lowest threshold that meets it on the calibration groups and their {', '.join(shifts)} slices"
+        if shifts
+        else ""
+    )
     meta = {
         "license": "apache-2.0",
         "library_name": "pruner-model",
@@ -80,7 +86,7 @@ print(result.text, result.stats.compression)
 ## Operating point
 
 Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their evidence
-(relative floor {floor}, relevance exponent {getattr(config, "relevance_exponent", 0.0)}), measured on
+(relative floor {floor}, relevance exponent {getattr(config, "relevance_exponent", 0.0)}){shifted}, measured on
 dev groups that were not used to calibrate it:
 
 | metric | value |
