@@ -364,7 +364,7 @@ def test_allocator_threshold_and_shift_groups_are_validated():
     assert fix_mmap_threshold(65536) is (sys.platform.startswith("linux"))  # glibc here
 
 
-def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tiny_model, monkeypatch):
+def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_path, tiny_model, monkeypatch):
     from pruner_model.training import calibration
 
     a = "The tower of Paris is famous. The tower of Paris was finished in 1889. Tourists visit it."
@@ -384,6 +384,13 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tiny_
             "relevant_spans": [[b.index("Gustave"), b.index(" Boats")]],
             "meta": {"answers": [[b.index("Gustave"), b.index("Gustave") + 7]]},
         },
+    ]
+    path = tmp_path / "dev.jsonl"  # the trainer reads dev records through read_records: answers survive
+    path.write_text("".join(json.dumps(r) + "\n" for r in dev))
+    dev = read_records([str(path)])[0]
+    assert dev[0]["meta"]["answers"] == [
+        [a.index("1889"), a.index("1889") + 4],
+        [a.index("Tourists"), len(a)],
     ]
     first = {g.id: g.labels[0].tolist() for g in calibration._slice(tiny_model, dev, 0, 0, None)}
     every = calibration._slice(tiny_model, dev, 0, 0, None, every_answer=True)

@@ -80,6 +80,9 @@ def read_records(
                 seen.add(key)
             record = {k: rec[k] for k in ("id", "query", "context", "relevant_spans")}
             record["meta"] = {"group": group_of(rec)}
+            answers = (rec.get("meta") or {}).get("answers")
+            if answers:  # every annotator's answer: calibration.every_answer labels their sentences
+                record["meta"]["answers"] = answers
             records.append(record)
     if max_groups is not None:
         gids = sorted({group_of(r) for r in records})
