@@ -400,11 +400,14 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
         "qb": [False, True, False],
     }
 
-    def no_scoring(*args, **kwargs):
-        raise AssertionError("the low-overlap slice reuses the calibration groups' scores")
+    def score_copies(model, tokenizer, groups):
+        if {g.id for g in groups} != {every[0].id}:  # noisy copies of the first shift_groups groups only
+            raise AssertionError("the low-overlap slice reuses the calibration groups' scores")
+        return [f"noisy scores of {g.id}" for g in groups], 0.5
 
-    monkeypatch.setattr(calibration, "_score", no_scoring)
+    monkeypatch.setattr(calibration, "_score", score_copies)
     scored = [f"scores of {g.id}" for g in every]
-    cfg = load_config(None, ["calibration.shifts=[low_overlap]", "calibration.shift_groups=1"])
+    # low_overlap after a rescored copy: it still picks from the calibration groups' own scores
+    cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap]", "calibration.shift_groups=1"])
     shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
-    assert shifted == {"low_overlap": ["scores of qb"]}
+    assert shifted == {"noisy": [f"noisy scores of {every[0].id}"], "low_overlap": ["scores of qb"]}

@@ -137,9 +137,9 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
             out[name] = [s for g, s in zip(groups, scored) if g.id in picked]
             continue
         records = build_slice(name, dev, cfg.data.seed, ids)
-        groups = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
-        if groups:
-            out[name] = _score(model, tokenizer, groups)[0]
+        copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
+        if copies:
+            out[name] = _score(model, tokenizer, copies)[0]
     return out
 
 
