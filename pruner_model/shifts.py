@@ -19,7 +19,7 @@ without ``meta.answers`` fall back to their ``relevant_spans``.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -59,15 +59,19 @@ def as_is(records: list[dict], seed: int = 0) -> list[dict]:
     return _relabel(records)
 
 
+def shares_few_words(query: str, answers: Iterable[str], max_shared: int = 1) -> bool:
+    """Whether the ``answers`` (relevant sentence texts) have content words and share at most
+    ``max_shared`` of them with ``query``: the ``low_overlap`` criterion."""
+    answer_words = {w for a in answers for w in content_words(a)}
+    return bool(answer_words) and len(content_words(query) & answer_words) <= max_shared
+
+
 def low_overlap(records: list[dict], seed: int = 0, max_shared: int = 1) -> list[dict]:
     """Groups whose relevant sentences share at most ``max_shared`` content words with the query."""
     out = []
     for recs in _groups(_relabel(records)).values():
-        q = content_words(recs[0]["query"])
-        answer_words = {
-            w for r in recs for s, e in r["relevant_spans"] for w in content_words(r["context"][s:e])
-        }
-        if answer_words and len(q & answer_words) <= max_shared:
+        answers = (r["context"][s:e] for r in recs for s, e in r["relevant_spans"])
+        if shares_few_words(recs[0]["query"], answers, max_shared):
             out += recs
     return out
 

@@ -39,11 +39,10 @@ def _slice(
     mc = model.config
     if not every_answer:
         return load_slice(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
-    from pruner_model.shifts import as_is
+    from pruner_model.shifts import build_slice
 
     keep = slice_ids((group_of(r) for r in dev), seed, start, stop)
-    records = as_is([r for r in dev if group_of(r) in keep])
-    return load_groups(records, mc.segmenter_language, mc.segmenter_structure)
+    return load_groups(build_slice("as_is", dev, seed, keep), mc.segmenter_language, mc.segmenter_structure)
 
 
 def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool = False) -> dict | None:
@@ -127,14 +126,19 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
     and scored again. ``low_overlap`` is a subset of the calibration groups themselves: with
     every answer labeled (the slice's labels) it takes their scores as they are, from all of them.
     """
-    from pruner_model.shifts import build_slice
+    from pruner_model.shifts import build_slice, shares_few_words
 
     c, mc, out = cfg.calibration, model.config, {}
     ids = {g.id for g in groups[: c.shift_groups]}
     for name in c.shifts:
         if name == "low_overlap" and c.every_answer:
-            picked = {group_of(r) for r in build_slice(name, dev, cfg.data.seed, {g.id for g in groups})}
-            out[name] = [s for g, s in zip(groups, scored) if g.id in picked]
+            out[name] = [
+                s
+                for g, s in zip(groups, scored)
+                if shares_few_words(
+                    g.query, (p["text"][a:b] for p in g.passages for a, b in p["relevant_spans"])
+                )
+            ]
             continue
         records = build_slice(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
