@@ -63,19 +63,20 @@ def confidence(g) -> float:
 
 def fit(cal: dict, floor, aim: float, bins: int, min_queries: int = 20) -> tuple[np.ndarray, np.ndarray]:
     """Bin edges over the pooled calibration queries' confidence and each bin's threshold."""
-    from pruner_model.metrics import calibrate_threshold, relative_groups
+    from pruner_model.metrics import relative_groups, slices_threshold
 
     pool = np.array([confidence(g) for gs in cal.values() for g in gs if g.has_evidence])
     edges = np.quantile(pool, np.linspace(0, 1, bins + 1)[1:-1]) if bins > 1 else np.zeros(0)
-    overall = min(calibrate_threshold(relative_groups(gs, floor), aim) for gs in cal.values())
+    overall = slices_threshold([relative_groups(gs, floor) for gs in cal.values()], aim)
     out = []
     for b in range(bins):
-        per = []
-        for gs in cal.values():
-            sub = [g for g in gs if np.searchsorted(edges, confidence(g), side="right") == b]
-            if sum(g.has_evidence for g in sub) >= min_queries:
-                per.append(calibrate_threshold(relative_groups(sub, floor), aim))
-        out.append(min(per) if per else overall)
+        subs = [
+            [g for g in gs if np.searchsorted(edges, confidence(g), side="right") == b] for gs in cal.values()
+        ]
+        subs = [
+            relative_groups(sub, floor) for sub in subs if sum(g.has_evidence for g in sub) >= min_queries
+        ]
+        out.append(slices_threshold(subs, aim) if subs else overall)
     return edges, np.array(out)
 
 

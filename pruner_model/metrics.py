@@ -193,33 +193,53 @@ def best_compression_at(curve: list[dict], target: float) -> dict | None:
     return max(ok, key=lambda pt: pt["compression"]) if ok else None
 
 
+def slices_threshold(slices: list[list[ScoredGroup]], target: float) -> float:
+    """The highest threshold whose evidence preserved is ``>= target`` on every slice: the lowest
+    of the slices' own (:func:`calibrate_threshold`); slices without evidence set none."""
+    own = [calibrate_threshold(gs, target) for gs in slices if any(g.has_evidence for g in gs)]
+    return min(own) if own else calibrate_threshold([], target)
+
+
 def cross_validate(
-    groups: list[ScoredGroup], target: float, floor: float | None = None, folds: int = 5, seed: int = 0
+    groups: list[ScoredGroup] | list[list[ScoredGroup]],
+    target: float,
+    floor: float | None = None,
+    folds: int = 5,
+    seed: int = 0,
 ) -> dict:
     """Evidence preserved and compression of a calibrated threshold on groups it was not calibrated
     on: ``folds``-fold cross-validation (threshold calibrated on the other folds, measured on the
     held-out one, pooled over folds).
 
+    ``groups`` may be a list of slices (lists of groups): each is split into folds, the threshold
+    is :func:`slices_threshold` of the slices' other folds, and the numbers pool every slice.
+
     In-sample, every candidate hits the target exactly and the one whose scores fit these groups
     best wins; held-out numbers say which candidate carries over to new queries.
     """
-    if folds < 2 or len(groups) < folds:
+    slices = groups if groups and isinstance(groups[0], list) else [groups]
+    if folds < 2 or min(len(gs) for gs in slices) < folds:
         raise ValueError(
-            f"cross-validation needs at least 2 folds and as many groups, got {folds} / {len(groups)}"
+            f"cross-validation needs at least 2 folds and as many groups per slice, got {folds} / "
+            f"{min(len(gs) for gs in slices)}"
         )
-    rel = relative_groups(groups, floor)
-    assign = np.random.default_rng(seed).permutation(len(rel)) % folds
-    kept_masks: list[np.ndarray] = [np.zeros(0, bool)] * len(rel)
+    rng = np.random.default_rng(seed)
+    rel = [relative_groups(gs, floor) for gs in slices]
+    assign = [rng.permutation(len(gs)) % folds for gs in rel]
+    pooled: list[ScoredGroup] = []
+    kept_masks: list[np.ndarray] = []
     for f in range(folds):
-        t = calibrate_threshold([g for g, a in zip(rel, assign) if a != f], target)
-        for i in np.flatnonzero(assign == f):
-            kept_masks[i] = rel[i].scores >= t
-    m = metrics_at(rel, float("nan"), kept_masks)
+        t = slices_threshold([[g for g, a in zip(gs, asg) if a != f] for gs, asg in zip(rel, assign)], target)
+        for gs, asg in zip(rel, assign):
+            for i in np.flatnonzero(asg == f):
+                pooled.append(gs[i])
+                kept_masks.append(gs[i].scores >= t)
+    m = metrics_at(pooled, float("nan"), kept_masks)
     return {"evidence_preserved": m["evidence_preserved"], "compression": m["compression"], "folds": folds}
 
 
 def calibrate_operating_point(
-    groups: list[ScoredGroup],
+    groups: list[ScoredGroup] | dict[str, list[ScoredGroup]],
     target: float,
     floors: list[float | None],
     folds: int = 0,
@@ -235,27 +255,39 @@ def calibrate_operating_point(
 
     ``exponents`` are relevance exponents (:func:`relevance_weighted`) tried with every floor; the
     chosen one is ``metrics["relevance_exponent"]``.
+
+    ``groups`` may be slices (``{name: groups}``, e.g. the calibration groups and shifted copies
+    of them): each candidate's threshold is then the one that meets the target on every slice
+    (:func:`slices_threshold`), candidates are compared by the compression of all slices' groups
+    at that threshold, and ``metrics["slice_thresholds"]`` holds the chosen candidate's per slice.
     """
     if not floors:
         raise ValueError("floors must name at least one candidate (None = absolute scores)")
     if not exponents:
         raise ValueError("exponents must name at least one candidate (0 = no relevance weighting)")
-    use_cv = folds >= 2 and len(floors) * len(exponents) > 1 and len(groups) >= folds
+    named = groups if isinstance(groups, dict) else {"all": groups}
+    use_cv = (
+        folds >= 2 and len(floors) * len(exponents) > 1 and min(len(gs) for gs in named.values()) >= folds
+    )
     best, table = None, []
     for exponent in exponents:
-        weighted = weighted_groups(groups, exponent)
+        weighted = {k: weighted_groups(gs, exponent) for k, gs in named.items()}
         for floor in floors:
-            rel = relative_groups(weighted, floor)
-            t = calibrate_threshold(rel, target)
-            m = metrics_at(rel, t)
+            rel = {k: relative_groups(gs, floor) for k, gs in weighted.items()}
+            t = slices_threshold(list(rel.values()), target)
+            m = metrics_at([g for gs in rel.values() for g in gs], t)
             row = {"relevance_exponent": exponent, "relative_floor": floor, "threshold": t}
             row["compression"] = m["compression"]
-            if use_cv:
-                cv = cross_validate(rel, target, None, folds)  # rel is already relative to ``floor``
+            if use_cv:  # rel is already relative to ``floor``
+                cv = cross_validate(list(rel.values()), target, None, folds)
                 row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
             table.append(row)
             score = row["cv_compression"] if use_cv else row["compression"]
             if best is None or score > best[0] + 1e-12:
-                best = (score, exponent, floor, t, m)
-    _, exponent, floor, t, m = best
-    return floor, t, {**m, "relevance_exponent": exponent, "candidates": table}
+                per = {k: calibrate_threshold(gs, target) for k, gs in rel.items()}
+                best = (score, exponent, floor, t, m, per)
+    _, exponent, floor, t, m, per = best
+    out = {**m, "relevance_exponent": exponent, "candidates": table}
+    if isinstance(groups, dict):
+        out["slice_thresholds"] = per
+    return floor, t, out

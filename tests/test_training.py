@@ -317,6 +317,35 @@ def test_cross_validated_floor_choice_prefers_what_carries_over():
         cross_validate(groups[:3], 1.0, None, folds=5)
 
 
+def test_operating_point_over_slices_meets_the_target_on_each_and_compresses_most():
+    # Slice "as_is" (45 queries): the relevance head separates a high-scoring distractor passage,
+    # so x relevance compresses more. Slice "shifted" (5 queries): the relevance head doubts the
+    # gold passage, so x relevance needs a tiny threshold there. Pooled at target 0.9, x relevance
+    # wins and loses every shifted answer; over slices, the token head alone is chosen.
+    tok = np.array([10, 10, 10])
+    labels = np.array([True, False, False])
+    as_is = [
+        ScoredGroup(np.array([0.6, 0.65, 0.05]), labels, tok, relevance=np.array([0.9, 0.1, 0.9]))
+        for _ in range(45)
+    ]
+    shifted = [
+        ScoredGroup(np.array([0.6, 0.3, 0.05]), labels, tok, relevance=np.array([0.01, 0.9, 0.9]))
+        for _ in range(5)
+    ]
+    pooled = calibrate_operating_point(as_is + shifted, 0.9, [None], exponents=[0.0, 1.0])[2]
+    assert pooled["relevance_exponent"] == 1.0
+    for folds in (0, 5):
+        floor, t, m = calibrate_operating_point(
+            {"as_is": as_is, "shifted": shifted}, 0.9, [None], folds=folds, exponents=[0.0, 1.0]
+        )
+        assert m["relevance_exponent"] == 0.0 and t == pytest.approx(0.6)
+        assert m["slice_thresholds"] == {"as_is": pytest.approx(0.6), "shifted": pytest.approx(0.6)}
+        for gs in (as_is, shifted):
+            assert metrics_at(gs, t)["evidence_preserved"] == 1.0
+    rows = {r["relevance_exponent"]: r for r in m["candidates"]}
+    assert rows[1.0]["threshold"] == pytest.approx(0.006) and rows[1.0]["cv_compression"] == 0.0
+
+
 def test_relevance_exponent_is_chosen_when_the_relevance_head_separates():
     # Each query: a gold sentence (0.6) in a passage the relevance head trusts (0.9), and a
     # distractor passage whose sentence scores as high (0.6-0.7) but whose relevance is low (0.1).

@@ -18,7 +18,7 @@ from pruner_model.groups import LabeledGroup, group_of, load_groups, load_slice,
 
 from .config import TrainConfig
 from .evaluation import build_dev_set, dev_metrics, score_dev
-from .metrics import calibrate_operating_point, calibrate_threshold, relative_groups, weighted_groups
+from .metrics import calibrate_operating_point, weighted_groups
 
 
 def log(msg: str) -> None:
@@ -67,15 +67,15 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]
     pool = scored + [g for gs in shifted.values() for g in gs]
-    mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(pool, aim, floors, c.folds, exponents)
+    # with shifted slices: the threshold that meets the target on every slice, and the floor and
+    # exponent whose such threshold compresses the most
+    slices = {"as_is": scored, **shifted} if shifted else scored
+    mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
+        slices, aim, floors, c.folds, exponents
+    )
     mc.relevance_exponent = chosen["relevance_exponent"]
     mc.target_evidence = c.target_evidence
-    per_slice = {}
-    if shifted:  # the threshold that meets the target on every slice: the lowest of theirs
-        for name, gs in {"as_is": scored, **shifted}.items():
-            weighted = weighted_groups(gs, mc.relevance_exponent)
-            per_slice[name] = calibrate_threshold(relative_groups(weighted, mc.relative_floor), aim)
-        mc.threshold = min(per_slice.values())
+    per_slice = chosen.get("slice_thresholds", {})
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
     metrics = dev_metrics(
         scored, auc, mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
