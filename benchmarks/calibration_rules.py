@@ -10,7 +10,8 @@ Rules: the calibration slices (``as_is`` nyt groups with every annotator's answe
 bins (a query's confidence is its best relevance-weighted sentence score; bins are quantiles of the
 calibration queries' confidence, each with its own threshold, the lowest that meets the target on
 every slice with at least 20 queries of that bin). K = 1 is one threshold: what ``pruner train``
-calibrates. The checkpoint's relative floor and relevance exponent are kept. Prints, per rule and
+calibrates. ``--overlap-cuts`` also tries two bins by lexical overlap: the content words a query
+shares with its best-scoring sentence, at most the cut or more. The checkpoint's relative floor and relevance exponent are kept. Prints, per rule and
 choice slice, evidence kept / compression at the rule's threshold(s). Scores are cached (``--cache``)
 so that rules can be compared again without the encoder.
 """
@@ -34,26 +35,48 @@ def _range(text: str) -> tuple[int, int]:
     return a, b
 
 
-def score_slices(model: str, data: str, plan: list[tuple[str, str, int, int]], seed: int, dtype) -> dict:
+def slice_groups(records: list[dict], name: str, a: int, b: int, seed: int, cfg) -> list:
+    """Groups ``a``..``b`` of the seeded permutation built as slice ``name``, segmented as the model scores."""
+    from pruner_model.groups import group_of, load_groups, slice_ids
+    from pruner_model.shifts import build_slice
+
+    keep = slice_ids((group_of(r) for r in records), seed, a, b)
+    return load_groups(
+        build_slice(name, records, seed, keep), cfg.segmenter_language, cfg.segmenter_structure
+    )
+
+
+def score_slices(
+    model: str, records: list[dict], plan: list[tuple[str, str, int, int]], seed: int, dtype
+) -> dict:
     """``{(part, slice): [ScoredGroup]}`` with relevance-weighted (not yet relative) scores."""
     from pruner_model.inference.evaluate import _scored, model_scores
 
     from pruner_model import ContextPruner
-    from pruner_model.groups import group_of, load_groups, slice_ids
-    from pruner_model.records import read_jsonl
-    from pruner_model.shifts import build_slice
 
-    records = read_jsonl(data)
     pruner = ContextPruner.from_pretrained(model, **({"dtype": dtype} if dtype else {}))
-    cfg, out = pruner.config, {}
+    out = {}
     for part, name, a, b in plan:
-        keep = slice_ids((group_of(r) for r in records), seed, a, b)
-        groups = load_groups(
-            build_slice(name, records, seed, keep), cfg.segmenter_language, cfg.segmenter_structure
-        )
+        groups = slice_groups(records, name, a, b, seed, pruner.config)
         scored, _ = model_scores(pruner, groups)
         out[(part, name)] = [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
         print(f"scored {part} {name}: {len(groups)} groups", file=sys.stderr)
+    return out
+
+
+def top_overlap(records: list[dict], plan, seed: int, cfg, scores: dict) -> dict:
+    """``{(part, slice): array}``: content words each query shares with its best-scoring sentence
+    (known at inference time, unlike the answer's overlap that defines the low-overlap slice)."""
+    from pruner_model.groups import content_words
+
+    out = {}
+    for part, name, a, b in plan:
+        feats = []
+        for g, sg in zip(slice_groups(records, name, a, b, seed, cfg), scores[(part, name)], strict=True):
+            texts = [p["text"][u.start : u.end] for p, us in zip(g.passages, g.units) for u in us]
+            best = texts[int(np.argmax(sg.scores))] if texts else ""
+            feats.append(len(content_words(g.query) & content_words(best)))
+        out[(part, name)] = np.array(feats)
     return out
 
 
@@ -61,34 +84,34 @@ def confidence(g) -> float:
     return float(g.scores.max()) if len(g.scores) else 0.0
 
 
-def fit(cal: dict, floor, aim: float, bins: int, min_queries: int = 20) -> tuple[np.ndarray, np.ndarray]:
-    """Bin edges over the pooled calibration queries' confidence and each bin's threshold."""
-    from pruner_model.metrics import relative_groups, slices_threshold
-
+def confidence_bins(cal: dict, bins: int):
+    """A function giving each group its quantile bin of the pooled calibration queries' confidence."""
     pool = np.array([confidence(g) for gs in cal.values() for g in gs if g.has_evidence])
     edges = np.quantile(pool, np.linspace(0, 1, bins + 1)[1:-1]) if bins > 1 else np.zeros(0)
+    return lambda groups: np.array([np.searchsorted(edges, confidence(g), side="right") for g in groups], int)
+
+
+def fit(cal: dict, cal_bins: dict, floor, aim: float, bins: int, min_queries: int = 20) -> np.ndarray:
+    """Each bin's threshold: the lowest that meets the target on every calibration slice with at
+    least ``min_queries`` queries of that bin (the all-slices threshold where none has)."""
+    from pruner_model.metrics import relative_groups, slices_threshold
+
     overall = slices_threshold([relative_groups(gs, floor) for gs in cal.values()], aim)
     out = []
     for b in range(bins):
-        subs = [
-            [g for g in gs if np.searchsorted(edges, confidence(g), side="right") == b] for gs in cal.values()
-        ]
+        subs = [[g for g, k in zip(gs, cal_bins[n]) if k == b] for n, gs in cal.items()]
         subs = [
             relative_groups(sub, floor) for sub in subs if sum(g.has_evidence for g in sub) >= min_queries
         ]
         out.append(slices_threshold(subs, aim) if subs else overall)
-    return edges, np.array(out)
+    return np.array(out)
 
 
-def judge(groups, floor, edges, thresholds) -> tuple[float, float]:
+def judge(groups, bins: np.ndarray, floor, thresholds: np.ndarray) -> tuple[float, float]:
     from pruner_model.metrics import metrics_at, relative_groups
 
     rel = relative_groups(groups, floor)
-    masks = [
-        r.scores >= thresholds[np.searchsorted(edges, confidence(g), side="right")]
-        for g, r in zip(groups, rel)
-    ]
-    m = metrics_at(rel, float("nan"), masks)
+    m = metrics_at(rel, float("nan"), [r.scores >= thresholds[k] for r, k in zip(rel, bins)])
     return m["evidence_preserved"], m["compression"]
 
 
@@ -102,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--choice", type=_range, default=(4000, 5000), help="START:STOP groups")
     ap.add_argument("--low-overlap-choice", type=_range, default=(4000, 6000), help="START:STOP groups")
     ap.add_argument("--bins", default="1,2,3,4", help="confidence bin counts to try")
+    ap.add_argument(
+        "--overlap-cuts",
+        default="",
+        help="also try two bins by the content words a query shares with its best sentence: <= cut or more (e.g. 0,1,2)",
+    )
     ap.add_argument(
         "--thresholds",
         default="",
@@ -120,30 +148,47 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = PrunerConfig.from_pretrained(args.model)
     floor, target = cfg.relative_floor, args.target or cfg.target_evidence or 0.95
+    from pruner_model.records import read_jsonl
+
+    records = read_jsonl(args.data)
+    plan = [("cal", s, *c) for s in ("as_is", "noisy", "mined", "low_overlap")]
+    plan += [("choice", s, *ch) for s in ("as_is", "mined", "noisy")]
+    plan += [("choice", "low_overlap", *args.low_overlap_choice)]
     if args.cache and Path(args.cache).is_file():
         scores = pickle.loads(Path(args.cache).read_bytes())
     else:
-        plan = [("cal", s, *c) for s in ("as_is", "noisy", "mined", "low_overlap")]
-        plan += [("choice", s, *ch) for s in ("as_is", "mined", "noisy")]
-        plan += [("choice", "low_overlap", *args.low_overlap_choice)]
-        scores = score_slices(args.model, args.data, plan, args.seed, args.dtype)
+        scores = score_slices(args.model, records, plan, args.seed, args.dtype)
         if args.cache:
             Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
             Path(args.cache).write_bytes(pickle.dumps(scores))
     aim = min(1.0, target + args.margin)
+    cuts = [int(x) for x in args.overlap_cuts.split(",") if x]
+    overlap = top_overlap(records, plan, args.seed, cfg, scores) if cuts else {}
     print(f"| calibration slices | bins | {' | '.join(SLICES)} | thresholds |")
     print("|---|---|" + "---|" * (len(SLICES) + 1))
-    for names in (("as_is", "noisy", "mined"), ("as_is", "noisy", "mined", "low_overlap")):
+
+    def row(names, label, bins_of, nbins):
         cal = {n: scores[("cal", n)] for n in names}
+        ts = fit(cal, {n: bins_of("cal", n) for n in names}, floor, aim, nbins)
+        cells = [
+            "{:.3f} / {:.3f}".format(*judge(scores[("choice", s)], bins_of("choice", s), floor, ts))
+            for s in SLICES
+        ]
+        print(f"| {', '.join(names)} | {label} | {' | '.join(cells)} | {', '.join(f'{t:.4f}' for t in ts)} |")
+
+    for names in (("as_is", "noisy", "mined"), ("as_is", "noisy", "mined", "low_overlap")):
         for k in (int(x) for x in args.bins.split(",")):
-            edges, ts = fit(cal, floor, aim, k)
-            cells = [
-                "{:.3f} / {:.3f}".format(*judge(scores[("choice", s)], floor, edges, ts)) for s in SLICES
-            ]
-            print(f"| {', '.join(names)} | {k} | {' | '.join(cells)} | {', '.join(f'{t:.4f}' for t in ts)} |")
+            assign = confidence_bins({n: scores[("cal", n)] for n in names}, k)
+            row(names, str(k), lambda part, n, a=assign: a(scores[(part, n)]), k)
+        for cut in cuts:
+            row(
+                names, f"overlap <= {cut}", lambda part, n, cut=cut: (overlap[(part, n)] > cut).astype(int), 2
+            )
     for t in (float(x) for x in args.thresholds.split(",") if x):
         cells = [
-            "{:.3f} / {:.3f}".format(*judge(scores[("choice", s)], floor, np.zeros(0), np.array([t])))
+            "{:.3f} / {:.3f}".format(
+                *judge(scores[("choice", s)], np.zeros(len(scores[("choice", s)]), int), floor, np.array([t]))
+            )
             for s in SLICES
         ]
         print(f"| (fixed threshold) | 1 | {' | '.join(cells)} | {t:.4f} |")
