@@ -11,9 +11,10 @@ bins (a query's confidence is its best relevance-weighted sentence score; bins a
 calibration queries' confidence, each with its own threshold, the lowest that meets the target on
 every slice with at least 20 queries of that bin). K = 1 is one threshold: what ``pruner train``
 calibrates. ``--overlap-cuts`` also tries two bins by lexical overlap: the content words a query
-shares with its best-scoring sentence, at most the cut or more. The checkpoint's relative floor and relevance exponent are kept. Prints, per rule and
-choice slice, evidence kept / compression at the rule's threshold(s). Scores are cached (``--cache``)
-so that rules can be compared again without the encoder.
+shares with its best-scoring sentence, at most the cut or more. The checkpoint's relative floor
+and relevance exponent are kept. Prints, per rule and choice slice, evidence kept / compression
+at the rule's threshold(s). Scores are cached (``--cache``) so that rules can be compared again
+without the encoder.
 """
 
 from __future__ import annotations
@@ -145,11 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     if max(c) > min(ch[0], args.low_overlap_choice[0]):
         ap.error("the choice groups must come after the calibration groups")
     from pruner_model import PrunerConfig
+    from pruner_model.records import read_jsonl
 
     cfg = PrunerConfig.from_pretrained(args.model)
     floor, target = cfg.relative_floor, args.target or cfg.target_evidence or 0.95
-    from pruner_model.records import read_jsonl
-
     records = read_jsonl(args.data)
     plan = [("cal", s, *c) for s in ("as_is", "noisy", "mined", "low_overlap")]
     plan += [("choice", s, *ch) for s in ("as_is", "mined", "noisy")]
