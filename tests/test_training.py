@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 import torch
 from pruner_model.training.config import ConfigError, load_config
-from pruner_model.training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
+from pruner_model.training.data import (
+    GroupedBatches,
+    LengthGroupedBatches,
+    low_overlap_groups,
+    read_records,
+    tokenize_records,
+)
 from pruner_model.training.metrics import (
     ScoredGroup,
     calibrate_operating_point,
@@ -222,6 +228,35 @@ def test_read_records_dedups_and_reports(tmp_path):
     f.write_text(json.dumps({"id": "x", "query": "q", "context": "abc", "relevant_spans": [[0, 10]]}) + "\n")
     with pytest.raises(ValueError, match="bad span"):
         read_records([str(f)])
+
+
+def test_low_overlap_share_draws_that_share_of_groups_from_paraphrased_questions(tmp_path):
+    def group(i: int, low: bool) -> dict:
+        answer = "Its capital is Paris." if low else "The capital of France is Paris."
+        ctx = f"Filler sentence number {i}. {answer}"
+        start = ctx.index(answer)
+        query = "Which city hosts the French government?" if low else "What is the capital of France?"
+        return {
+            "id": f"g{i}",
+            "query": f"{query} ({i})",
+            "context": ctx,
+            "relevant_spans": [[start, len(ctx)]],
+        }
+
+    recs = [group(i, low=i < 10) for i in range(40)]  # 10 of 40 groups share no content word
+    f = tmp_path / "r.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert low_overlap_groups(recs) == {f"g{i}" for i in range(10)}
+    plain, _ = read_records([str(f)], max_groups=20)
+    drawn, report = read_records([str(f)], max_groups=20, low_overlap_share=0.5)
+    assert report.groups == 20 and len(low_overlap_groups(drawn)) == 10
+    assert "20 groups (10 low-overlap)" in report.line("train")
+    assert len(low_overlap_groups(plain)) < 10
+    # more asked than there are: all of them, the rest filled with the others
+    drawn, report = read_records([str(f)], max_groups=20, low_overlap_share=0.9)
+    assert report.groups == 20 and len(low_overlap_groups(drawn)) == 10
+    with pytest.raises(ConfigError, match="low_overlap_share"):
+        load_config(None, ["data.low_overlap_share=1.5"])
 
 
 def test_batches_are_deterministic_and_complete():

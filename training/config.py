@@ -53,12 +53,16 @@ class DataSection:
     # share of training query groups rewritten as user-generated-looking text (lower case, thin
     # punctuation, typos: pruner_model.textnoise); replaces, does not add, so cost is unchanged
     noise_augment: float = 0.0
+    # with max_train_groups: this share of the kept groups are questions whose answer sentences
+    # share at most one content word with the question (null: drawn as they come)
+    low_overlap_share: float | None = None
+    seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.noise_augment <= 1.0:
-            raise ConfigError(f"data.noise_augment must be in [0, 1], got {self.noise_augment}")
-
-    seed: int = 0
+        for name in ("noise_augment", "low_overlap_share"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"data.{name} must be in [0, 1], got {value}")
 
 
 @dataclass

@@ -22,6 +22,7 @@ from pruner_model.alignment import token_to_sentence, unit_bounds
 from pruner_model.groups import group_of
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
 from pruner_model.scoring import pad_rows, pad_value
+from pruner_model.shifts import shares_few_words
 from pruner_model.textnoise import noisy_record
 
 
@@ -38,6 +39,7 @@ class DataReport:
     windows: int = 0
     relevant_token_share: float = 0.0
     memory_mb: float = 0.0  # the tokenized windows in memory (Arrow buffers)
+    low_overlap_groups: int | None = None  # counted when data.low_overlap_share draws them
 
     def line(self, name: str) -> str:
         dropped = ", ".join(f"{v} {k}" for k, v in self.dropped.items()) or "none"
@@ -47,16 +49,23 @@ class DataReport:
             if self.windows
             else ""
         )
+        low = f" ({self.low_overlap_groups} low-overlap)" if self.low_overlap_groups is not None else ""
         return (
-            f"{name}: {self.records} records in {self.groups} groups ({self.positives} positive, "
+            f"{name}: {self.records} records in {self.groups} groups{low} ({self.positives} positive, "
             f"{self.negatives} negative){windows}, duplicates removed {self.duplicates_removed}, dropped: {dropped}"
         )
 
 
 def read_records(
-    files: list[str], max_groups: int | None = None, dedup: bool = True, seed: int = 0
+    files: list[str],
+    max_groups: int | None = None,
+    dedup: bool = True,
+    seed: int = 0,
+    low_overlap_share: float | None = None,
 ) -> tuple[list[dict], DataReport]:
-    """Validated labeled records of ``files`` (whole groups subsampled to ``max_groups``)."""
+    """Validated labeled records of ``files`` (whole groups subsampled to ``max_groups``; with
+    ``low_overlap_share``, that share of the kept groups, or all there are, are low-overlap ones:
+    :func:`low_overlap_groups`)."""
     report = DataReport(files=[str(f) for f in files])
     seen: set[str] = set()
     records: list[dict] = []
@@ -87,6 +96,12 @@ def read_records(
     if max_groups is not None:
         gids = sorted({group_of(r) for r in records})
         random.Random(seed).shuffle(gids)
+        if low_overlap_share is not None:
+            low = low_overlap_groups(records)
+            n_low = min(round(low_overlap_share * max_groups), len(low))
+            chosen = [g for g in gids if g in low][:n_low]
+            gids = chosen + [g for g in gids if g not in low][: max_groups - len(chosen)]
+            report.low_overlap_groups = len(chosen)
         keep = set(gids[:max_groups])
         records = [r for r in records if group_of(r) in keep]
     report.records = len(records)
@@ -94,6 +109,19 @@ def read_records(
     report.negatives = report.records - report.positives
     report.groups = len({group_of(r) for r in records})
     return records, report
+
+
+def low_overlap_groups(records: list[dict]) -> set[str]:
+    """Groups whose relevant sentences share at most one content word with the query (the
+    ``low_overlap`` slice's criterion, :func:`pruner_model.shifts.shares_few_words`): questions
+    word overlap does not answer, where a pruner has to match meaning."""
+    answers: dict[str, list[str]] = {}
+    queries: dict[str, str] = {}
+    for r in records:
+        g = group_of(r)
+        queries[g] = r["query"]
+        answers.setdefault(g, []).extend(r["context"][s:e] for s, e in r["relevant_spans"])
+    return {g for g, texts in answers.items() if shares_few_words(queries[g], texts)}
 
 
 def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:

@@ -151,7 +151,9 @@ class Trainer:
 
     def _load_data(self) -> None:
         d, mc = self.cfg.data, self.model.config
-        train_records, train_report = read_records(d.train, d.max_train_groups, d.dedup, d.seed)
+        train_records, train_report = read_records(
+            d.train, d.max_train_groups, d.dedup, d.seed, d.low_overlap_share
+        )
         dev_records, dev_report = read_records(d.dev, None, d.dedup, d.seed)
         if not train_records:
             raise ValueError("no training records left after validation")
