@@ -256,7 +256,9 @@ def test_low_overlap_share_draws_that_share_of_groups_from_paraphrased_questions
     drawn, report = read_records([str(f)], max_groups=20, low_overlap_share=0.9)
     assert report.groups == 20 and len(low_overlap_groups(drawn)) == 10
     with pytest.raises(ConfigError, match="low_overlap_share"):
-        load_config(None, ["data.low_overlap_share=1.5"])
+        load_config(None, ["data.max_train_groups=20", "data.low_overlap_share=1.5"])
+    with pytest.raises(ConfigError, match="set both"):
+        load_config(None, ["data.low_overlap_share=0.5"])
 
 
 def test_batches_are_deterministic_and_complete():

@@ -63,6 +63,8 @@ class DataSection:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ConfigError(f"data.{name} must be in [0, 1], got {value}")
+        if self.low_overlap_share is not None and self.max_train_groups is None:
+            raise ConfigError("data.low_overlap_share draws among data.max_train_groups groups: set both")
 
 
 @dataclass
