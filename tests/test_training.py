@@ -255,6 +255,9 @@ def test_low_overlap_share_draws_that_share_of_groups_from_paraphrased_questions
     # more asked than there are: all of them, the rest filled with the others
     drawn, report = read_records([str(f)], max_groups=20, low_overlap_share=0.9)
     assert report.groups == 20 and len(low_overlap_groups(drawn)) == 10
+    # fewer others than asked for: low-overlap groups fill the rest
+    drawn, report = read_records([str(f)], max_groups=35, low_overlap_share=0.0)
+    assert report.groups == 35 and report.low_overlap_groups == len(low_overlap_groups(drawn)) == 5
     with pytest.raises(ConfigError, match="low_overlap_share"):
         load_config(None, ["data.max_train_groups=20", "data.low_overlap_share=1.5"])
     with pytest.raises(ConfigError, match="set both"):

@@ -98,10 +98,11 @@ def read_records(
         random.Random(seed).shuffle(gids)
         if low_overlap_share is not None:
             low = low_overlap_groups(records)
-            n_low = min(round(low_overlap_share * max_groups), len(low))
-            chosen = [g for g in gids if g in low][:n_low]
-            gids = chosen + [g for g in gids if g not in low][: max_groups - len(chosen)]
-            report.low_overlap_groups = len(chosen)
+            low_ids = [g for g in gids if g in low]
+            n_low = round(low_overlap_share * max_groups)
+            others = [g for g in gids if g not in low][: max_groups - min(n_low, len(low_ids))]
+            gids = low_ids[:n_low] + others + low_ids[n_low:]  # short of others: more low-overlap
+            report.low_overlap_groups = sum(g in low for g in gids[:max_groups])
         keep = set(gids[:max_groups])
         records = [r for r in records if group_of(r) in keep]
     report.records = len(records)
