@@ -66,14 +66,23 @@ def shares_few_words(query: str, answers: Iterable[str], max_shared: int = 1) ->
     return bool(answer_words) and len(content_words(query) & answer_words) <= max_shared
 
 
+def low_overlap_groups(records: list[dict], max_shared: int = 1) -> set[str]:
+    """Ids of the groups whose ``relevant_spans`` share at most ``max_shared`` content words with
+    the query (:func:`shares_few_words`), as the records label them."""
+    return {
+        gid
+        for gid, recs in _groups(records).items()
+        if shares_few_words(
+            recs[0]["query"], (r["context"][s:e] for r in recs for s, e in r["relevant_spans"]), max_shared
+        )
+    }
+
+
 def low_overlap(records: list[dict], seed: int = 0, max_shared: int = 1) -> list[dict]:
     """Groups whose relevant sentences share at most ``max_shared`` content words with the query."""
-    out = []
-    for recs in _groups(_relabel(records)).values():
-        answers = (r["context"][s:e] for r in recs for s, e in r["relevant_spans"])
-        if shares_few_words(recs[0]["query"], answers, max_shared):
-            out += recs
-    return out
+    groups = _groups(_relabel(records))
+    keep = low_overlap_groups([r for recs in groups.values() for r in recs], max_shared)
+    return [r for gid, recs in groups.items() if gid in keep for r in recs]
 
 
 def mined(

@@ -5,13 +5,7 @@ import numpy as np
 import pytest
 import torch
 from pruner_model.training.config import ConfigError, load_config
-from pruner_model.training.data import (
-    GroupedBatches,
-    LengthGroupedBatches,
-    low_overlap_groups,
-    read_records,
-    tokenize_records,
-)
+from pruner_model.training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
 from pruner_model.training.metrics import (
     ScoredGroup,
     calibrate_operating_point,
@@ -26,6 +20,7 @@ from safetensors.torch import load_file
 
 from pruner_model import IGNORE_INDEX, PrunerModel
 from pruner_model.cli import main
+from pruner_model.shifts import low_overlap_groups
 
 SENTS = [
     "Paris is the capital of France.",

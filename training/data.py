@@ -22,7 +22,7 @@ from pruner_model.alignment import token_to_sentence, unit_bounds
 from pruner_model.groups import group_of
 from pruner_model.records import RecordError, iter_jsonl, validate_labeled
 from pruner_model.scoring import pad_rows, pad_value
-from pruner_model.shifts import shares_few_words
+from pruner_model.shifts import low_overlap_groups
 from pruner_model.textnoise import noisy_record
 
 
@@ -64,8 +64,9 @@ def read_records(
     low_overlap_share: float | None = None,
 ) -> tuple[list[dict], DataReport]:
     """Validated labeled records of ``files`` (whole groups subsampled to ``max_groups``; with
-    ``low_overlap_share``, that share of the kept groups, or all there are, are low-overlap ones:
-    :func:`low_overlap_groups`)."""
+    ``low_overlap_share``, that share of the kept groups, or all there are, are questions whose
+    answer sentences share at most one content word with the query:
+    :func:`pruner_model.shifts.low_overlap_groups`, the ``low_overlap`` slice's criterion)."""
     report = DataReport(files=[str(f) for f in files])
     seen: set[str] = set()
     records: list[dict] = []
@@ -110,19 +111,6 @@ def read_records(
     report.negatives = report.records - report.positives
     report.groups = len({group_of(r) for r in records})
     return records, report
-
-
-def low_overlap_groups(records: list[dict]) -> set[str]:
-    """Groups whose relevant sentences share at most one content word with the query (the
-    ``low_overlap`` slice's criterion, :func:`pruner_model.shifts.shares_few_words`): questions
-    word overlap does not answer, where a pruner has to match meaning."""
-    answers: dict[str, list[str]] = {}
-    queries: dict[str, str] = {}
-    for r in records:
-        g = group_of(r)
-        queries[g] = r["query"]
-        answers.setdefault(g, []).extend(r["context"][s:e] for s, e in r["relevant_spans"])
-    return {g for g, texts in answers.items() if shares_few_words(queries[g], texts)}
 
 
 def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:
