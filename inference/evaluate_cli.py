@@ -37,11 +37,11 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--slice",
-        choices=["as_is", "mined", "low_overlap", "noisy"],
         default=None,
         help="evaluate a shifted slice built from the selected groups (every annotator's answer "
-        "labeled): mined = TF-IDF-nearest distractors from the whole file, low_overlap = answers "
-        "sharing <= 1 content word with the query, noisy = lower-cased, thinned punctuation, typos",
+        "labeled): as_is, mined = TF-IDF-nearest distractors from the whole file, low_overlap = "
+        "answers sharing <= 1 content word with the query, noisy = lower-cased, thinned "
+        "punctuation, typos; join shifts with '+' to combine them (mined+noisy)",
     )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
@@ -64,6 +64,10 @@ def evaluate_main(argv: list[str] | None = None) -> int:
 
     if args.max_groups < 0 or args.start < 0:
         raise ValueError("--max-groups and --start must be >= 0")
+    if args.slice is not None:
+        from pruner_model.shifts import slice_parts
+
+        slice_parts(args.slice)  # an unknown slice fails before the data is read
     records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
     from .evaluate import BASELINES, evaluate, plot_curves, write_markdown
 

@@ -145,14 +145,39 @@ BUILDERS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
+def slice_parts(name: str) -> list[str]:
+    """The shifts a slice name applies, in the order they are applied: one of :data:`SLICES`, or
+    several shifts joined by ``+`` (``mined+noisy``: retriever-mined distractors, then noisy text,
+    closer to a retriever over user-generated text than either alone). Shifts compose in the
+    order mined, low_overlap, noisy whatever order the name gives; ``as_is`` stands alone.
+
+    >>> slice_parts("noisy+mined")
+    ['mined', 'noisy']
+    """
+    parts = name.split("+")
+    for part in parts:
+        if part not in BUILDERS:
+            raise ValueError(
+                f"unknown slice {part!r} in {name!r} (choose from {', '.join(SLICES)}, "
+                "or join shifts with '+', e.g. mined+noisy)"
+            )
+    if len(parts) > 1 and "as_is" in parts:
+        raise ValueError(f"slice {name!r}: as_is cannot be combined with other shifts")
+    if len(set(parts)) < len(parts):
+        raise ValueError(f"slice {name!r} names a shift twice")
+    return sorted(parts, key=SLICES.index)
+
+
 def build_slice(name: str, records: list[dict], seed: int = 0, keep: set[str] | None = None) -> list[dict]:
-    """The labeled records of slice ``name`` (one of :data:`SLICES`) built from the groups of
+    """The labeled records of slice ``name`` (see :func:`slice_parts`) built from the groups of
     ``records`` whose ids are in ``keep`` (all by default); ``mined`` draws its distractors from
     every paragraph of ``records``."""
-    if name not in BUILDERS:
-        raise ValueError(f"unknown slice {name!r} (choose from {', '.join(SLICES)})")
-    if name == "mined":
-        return mined(records, seed=seed, keep=keep)
-    if keep is not None:
+    parts = slice_parts(name)
+    if parts[0] == "mined":
+        records = mined(records, seed=seed, keep=keep)
+        parts = parts[1:]
+    elif keep is not None:
         records = [r for r in records if group_of(r) in keep]
-    return BUILDERS[name](records, seed=seed)
+    for part in parts or ["as_is"]:
+        records = BUILDERS[part](records, seed=seed)
+    return records

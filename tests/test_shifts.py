@@ -97,6 +97,24 @@ def test_slices_are_what_they_say():
         build_slice("reddit", recs)
 
 
+def test_shifts_compose_in_a_fixed_order():
+    recs = records()
+    mined = build_slice("mined", recs, seed=0)
+    both = build_slice("noisy+mined", recs, seed=0)  # mined first, then noisy text
+    assert [r["id"] for r in both] == [r["id"] for r in mined]
+    assert all(r["context"] == r["context"].lower() for r in both)
+    assert [bool(r["relevant_spans"]) for r in both] == [bool(r["relevant_spans"]) for r in mined]
+    low = build_slice("mined+low_overlap", recs, seed=0)
+    assert low and {r["id"] for r in low} <= {r["id"] for r in mined}
+    for name, error in [
+        ("mined+as_is", "cannot be combined"),
+        ("noisy+noisy", "twice"),
+        ("mined+x", "unknown"),
+    ]:
+        with pytest.raises(ValueError, match=error):
+            build_slice(name, recs)
+
+
 def test_evaluate_cli_runs_a_slice(tiny_checkpoint, tmp_path):
     data = tmp_path / "dev.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records()))

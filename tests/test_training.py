@@ -424,6 +424,10 @@ def test_allocator_threshold_and_shift_groups_are_validated():
         load_config(None, ["train.malloc_mmap_threshold=-1"])
     with pytest.raises(ConfigError, match="shift_groups"):
         load_config(None, ["calibration.shift_groups=0"])
+    assert load_config(None, ["calibration.shifts=[noisy+mined]"]).calibration.shifts == ["noisy+mined"]
+    for bad, error in [("[reddit]", "unknown slice 'reddit'"), ("[as_is]", "calibration groups themselves")]:
+        with pytest.raises(ConfigError, match=error):
+            load_config(None, [f"calibration.shifts={bad}"])
     assert fix_mmap_threshold(0) is False  # 0 leaves the allocator alone
     assert fix_mmap_threshold(65536) is (sys.platform.startswith("linux"))  # glibc here
 

@@ -122,8 +122,8 @@ def _uncertainty_threshold(groups, exponent: float, share: float) -> float | Non
 def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, scored) -> dict:
     """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
 
-    ``mined`` and ``noisy`` copies are built from the first ``calibration.shift_groups`` groups
-    and scored again. ``low_overlap`` is a subset of the calibration groups themselves: with
+    ``mined``, ``noisy`` and combined copies (``mined+noisy``) are built from the first
+    ``calibration.shift_groups`` groups and scored again. ``low_overlap`` is a subset of the calibration groups themselves: with
     every answer labeled (the slice's labels) it takes their scores as they are, from all of them.
     """
     from pruner_model.shifts import build_slice, shares_few_words

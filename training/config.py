@@ -113,8 +113,8 @@ class CalibrationSection:
     # the threshold is calibrated for target_evidence + margin: a calibrated threshold lands on
     # new queries around its target, half the time under it; a margin buys headroom for compression
     margin: float = 0.0
-    # shifted versions of the calibration groups (pruner_model.shifts: mined, low_overlap, noisy)
-    # scored beside them: floor and exponent are chosen on all of them pooled, and the threshold is
+    # shifted versions of the calibration groups (pruner_model.shifts: mined, low_overlap, noisy,
+    # or shifts joined by "+", e.g. mined+noisy) scored beside them: floor and exponent are chosen on all of them pooled, and the threshold is
     # the lowest that meets the target on each, so the promise holds off the calibration domain too
     shifts: list[str] = field(default_factory=list)
     # build the mined and noisy copies from only N of the calibration groups (None = all of them):
@@ -135,9 +135,15 @@ class CalibrationSection:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
         if self.shift_groups is not None and self.shift_groups < 1:
             raise ConfigError(f"calibration.shift_groups must be >= 1 or null, got {self.shift_groups}")
-        unknown = sorted(set(self.shifts) - {"mined", "low_overlap", "noisy"})
-        if unknown:
-            raise ConfigError(f"calibration.shifts: unknown slice {unknown[0]!r} (mined, low_overlap, noisy)")
+        from pruner_model.shifts import slice_parts
+
+        for name in self.shifts:
+            try:
+                parts = slice_parts(name)
+            except ValueError as exc:
+                raise ConfigError(f"calibration.shifts: {exc}") from None
+            if parts == ["as_is"]:
+                raise ConfigError("calibration.shifts: as_is is the calibration groups themselves")
         if not 0.0 < self.target_evidence <= 1.0:
             raise ConfigError(f"calibration.target_evidence must be in (0, 1], got {self.target_evidence}")
         if not 0.0 <= self.margin < 1.0 or self.target_evidence + self.margin > 1.0:
