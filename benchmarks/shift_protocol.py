@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=6000, help="first group of the seeded permutation")
     ap.add_argument("--groups", type=int, default=400, help="groups per slice")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--slices", default="as_is,mined,low_overlap,noisy")
+    ap.add_argument(
+        "--slices",
+        default="as_is,mined,low_overlap,noisy",
+        help="comma list; join shifts with '+' to combine them, e.g. as_is,mined+noisy",
+    )
     ap.add_argument("--baselines", default="", help="comma list, e.g. lexical,biencoder")
     ap.add_argument(
         "--target", type=float, default=None, help="promised evidence (default: the checkpoint's)"
