@@ -173,11 +173,10 @@ def build_slice(name: str, records: list[dict], seed: int = 0, keep: set[str] | 
     ``records`` whose ids are in ``keep`` (all by default); ``mined`` draws its distractors from
     every paragraph of ``records``."""
     parts = slice_parts(name)
-    if parts[0] == "mined":
-        records = mined(records, seed=seed, keep=keep)
-        parts = parts[1:]
+    if parts[0] == "mined":  # labels every answer itself; later shifts act on its groups
+        records, parts = mined(records, seed=seed, keep=keep), parts[1:]
     elif keep is not None:
         records = [r for r in records if group_of(r) in keep]
-    for part in parts or ["as_is"]:
+    for part in parts:
         records = BUILDERS[part](records, seed=seed)
     return records

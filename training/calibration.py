@@ -123,8 +123,9 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
     """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
 
     ``mined``, ``noisy`` and combined copies (``mined+noisy``) are built from the first
-    ``calibration.shift_groups`` groups and scored again. ``low_overlap`` is a subset of the calibration groups themselves: with
-    every answer labeled (the slice's labels) it takes their scores as they are, from all of them.
+    ``calibration.shift_groups`` groups and scored again. ``low_overlap`` is a subset of the
+    calibration groups themselves: with every answer labeled (the slice's labels) it takes their
+    scores as they are, from all of them.
     """
     from pruner_model.shifts import build_slice, shares_few_words
 

@@ -114,8 +114,9 @@ class CalibrationSection:
     # new queries around its target, half the time under it; a margin buys headroom for compression
     margin: float = 0.0
     # shifted versions of the calibration groups (pruner_model.shifts: mined, low_overlap, noisy,
-    # or shifts joined by "+", e.g. mined+noisy) scored beside them: floor and exponent are chosen on all of them pooled, and the threshold is
-    # the lowest that meets the target on each, so the promise holds off the calibration domain too
+    # or shifts joined by "+", e.g. mined+noisy) scored beside them: floor and exponent are chosen
+    # on all of them pooled, and the threshold is the lowest that meets the target on each, so the
+    # promise holds off the calibration domain too
     shifts: list[str] = field(default_factory=list)
     # build the mined and noisy copies from only N of the calibration groups (None = all of them):
     # each scores its groups again, so this bounds the calibration time of large slices
