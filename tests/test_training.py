@@ -118,15 +118,38 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert r.stats.sentences_in == 2
 
 
-def test_training_changes_weights_and_lowers_loss(tmp_path, data_files, tiny_model, bert_tokenizer):
+def test_calibration_bf16_scores_calibration_and_report_under_autocast(
+    tmp_path, data_files, tiny_model, bert_tokenizer, monkeypatch
+):
+    from pruner_model import PrunerModel
+
+    seen = []
+    real = PrunerModel.predict
+
+    def predict(self, batch, dtype=None):  # the model's own forward, recording the precision asked for
+        seen.append(dtype)
+        return real(self, batch, dtype)
+
+    cfg = tiny_cfg(data_files, **{"train.eval_every": 0, "calibration.bf16": "true"})
+    monkeypatch.setattr(PrunerModel, "predict", predict)
+    metrics = train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    # the in-training evaluation follows train.mixed_precision (no); calibration and report: bf16
+    assert seen[0] is None and "bf16" in seen and set(seen[seen.index("bf16") :]) == {"bf16"}
+    assert 0 <= metrics["dev"]["compression"] <= 1
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["all-weights", "frozen-word-embeddings"])
+def test_training_changes_weights_and_lowers_loss(tmp_path, data_files, tiny_model, bert_tokenizer, frozen):
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
-    cfg = tiny_cfg(
-        data_files, **{"train.max_steps": 30, "train.eval_every": 0, "train.lr": 1e-3, "train.save_every": 0}
-    )
+    over = {"train.max_steps": 30, "train.eval_every": 0, "train.lr": 1e-3, "train.save_every": 0}
+    cfg = tiny_cfg(data_files, **over, **{"train.freeze_word_embeddings": str(frozen).lower()})
     train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
     after = load_file(str(tmp_path / "r" / "model.safetensors"))
     changed = [k for k in before if not torch.equal(before[k], after[k])]
-    assert any(k.startswith("token_head") for k in changed) and any(k.startswith("encoder") for k in changed)
+    assert any(k.startswith("token_head") for k in changed) and any(
+        k.startswith("encoder.encoder") for k in changed
+    )
+    assert ("encoder.embeddings.word_embeddings.weight" in changed) is not frozen
 
 
 @pytest.mark.parametrize("grouped", [False, True], ids=["length-batches", "group-batches"])
@@ -468,7 +491,7 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
         "qb": [False, True, False],
     }
 
-    def score_copies(model, tokenizer, groups):
+    def score_copies(model, tokenizer, groups, bf16=False):
         if {g.id for g in groups} != {every[0].id}:  # noisy copies of the first shift_groups groups only
             raise AssertionError("the low-overlap slice reuses the calibration groups' scores")
         return [f"noisy scores of {g.id}" for g in groups], 0.5

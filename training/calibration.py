@@ -25,10 +25,10 @@ def log(msg: str) -> None:
     tqdm.write(msg, file=sys.stderr)
 
 
-def _score(model, tokenizer, groups: list[LabeledGroup]):
+def _score(model, tokenizer, groups: list[LabeledGroup], bf16: bool = False):
     mc = model.config
     dev = build_dev_set(groups, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
-    return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0)
+    return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0, bf16=bf16)
 
 
 def _slice(
@@ -61,7 +61,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     if not groups:
         return None
     mc = model.config
-    scored, auc = _score(model, tokenizer, groups)
+    scored, auc = _score(model, tokenizer, groups, c.bf16)
     shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored)
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
@@ -144,7 +144,7 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
         records = build_slice(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if copies:
-            out[name] = _score(model, tokenizer, copies)[0]
+            out[name] = _score(model, tokenizer, copies, c.bf16)[0]
     return out
 
 
@@ -189,7 +189,7 @@ def report(
     if not groups:
         return {}
     target = cfg.calibration.target_evidence
-    scored, auc = _score(model, tokenizer, groups)
+    scored, auc = _score(model, tokenizer, groups, cfg.calibration.bf16)
     final = dev_metrics(scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
     out = {"dev": final}

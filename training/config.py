@@ -94,6 +94,9 @@ class TrainSection:
     # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
     # against every sentence of its group (distractor passages too), not only its own passage's
     group_batches: bool = False
+    # keep the encoder's input word embeddings as pretrained: words the training data never shows
+    # (other domains, typos) stay aligned with the words it does show
+    freeze_word_embeddings: bool = False
 
 
 @dataclass
@@ -130,6 +133,9 @@ class CalibrationSection:
     # standard a question is judged by when several people marked its answer. Records without
     # meta.answers keep their relevant_spans either way
     every_answer: bool = True
+    # score the calibration and report groups under bf16 autocast (about twice as fast on CPUs with
+    # AVX-512 BF16 or AMX; thresholds match fp32 inference, docs/results.md); off: fp32
+    bf16: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.uncertain_share < 1.0:

@@ -57,8 +57,8 @@ def score_dev(
     """Sentence scores of every dev group (token head only; each unit also carries its passage's
     relevance probability, for relevance-weighted calibration) and the token AUC.
 
-    ``bf16`` runs the encoder under bf16 autocast (in-training evaluation only: calibration and
-    reported numbers use fp32, the precision of default inference)."""
+    ``bf16`` runs the encoder under bf16 autocast (in-training evaluation; calibration and
+    reported numbers with ``calibration.bf16``, else fp32, the precision of default inference)."""
     was_training = model.training
     model.eval()
     try:

@@ -117,6 +117,8 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
         if self.model is None:
             self.model, self.tokenizer = build_model(self.cfg)
+        if t.freeze_word_embeddings:
+            self.model.encoder.get_input_embeddings().weight.requires_grad_(False)
         self._load_data()
         loader, self.sampler = self._build_loader()
         # with N processes the loader is sharded: each optimizer step consumes N batches
