@@ -7,6 +7,14 @@ level, best sentence F1, and what the checkpoint's own threshold promised vs wha
 
 Prints a markdown table; with --baselines also scores the lexical and bi-encoder baselines (they do
 not depend on the model). Choose settings on one range of groups and report on another.
+
+With two or more --model and --compare N, each later model is also compared with the first on
+the same queries: the difference of every column with its 95% interval over N resamples of the
+queries (pruner_model.metrics.paired_bootstrap), so a difference that a few hundred queries
+cannot tell from luck shows as one:
+
+    python3 benchmarks/shift_protocol.py --model runs/quickstart --model runs/qs-new \
+        --start 1000 --groups 800 --compare 1000
 """
 
 from __future__ import annotations
@@ -43,10 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="also show what this threshold (the checkpoint's scale) keeps, e.g. nyt-only=0.012 (repeatable)",
     )
+    ap.add_argument(
+        "--compare",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compare each later --model with the first on N paired resamples of the queries",
+    )
+    ap.add_argument("--dtype", default=None, help="torch checkpoints: score in this dtype, e.g. bf16")
     ap.add_argument("--output", default=None, help="write all numbers here (JSON)")
     args = ap.parse_args(argv)
     if not args.model and not args.baselines:
         ap.error("give --model and/or --baselines")
+    if args.compare and len(args.model) < 2:
+        ap.error("--compare needs at least two --model")
     if not Path(args.data).is_file():
         ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
 
@@ -61,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     keep = slice_ids((group_of(r) for r in records), args.seed, args.start, args.start + args.groups)
     slices = {name: build_slice(name, records, args.seed, keep) for name in args.slices.split(",")}
     rows, out = [], {"start": args.start, "groups": args.groups, "seed": args.seed, "results": {}}
+    scored = {}  # (model, slice) -> scored groups, for --compare
     systems = [(m, m) for m in args.model]
     baselines = tuple(b for b in args.baselines.split(",") if b)
     if baselines:
@@ -68,18 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     for name, model in systems:
         if model is None:
             ap.error("--baselines needs one --model for the token counts")
-        pruner = ContextPruner.from_pretrained(model)
+        pruner = ContextPruner.from_pretrained(model, **({"dtype": args.dtype} if args.dtype else {}))
         target = args.target or pruner.config.target_evidence or 0.95
         for sl, recs in slices.items():
             t0 = time.perf_counter()
-            rep = evaluate(
+            rep, groups = evaluate(
                 pruner,
                 recs,
                 target=target,
                 baselines=baselines if name == "baselines" else (),
                 pipeline=False,
                 thresholds=dict((k, float(v)) for k, v in (t.split("=", 1) for t in args.threshold)),
+                return_groups=True,
             )
+            if name != "baselines":
+                scored[(model, sl)] = groups["pruner"]
             wanted = {k: v for k, v in rep["systems"].items() if (k != "pruner") == (name == "baselines")}
             wanted.pop("pruner_absolute", None)
             for sys_name, s in wanted.items():
@@ -140,10 +162,38 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(fmt(r[f"comp@{t}"]) for t in TARGETS)
             + f" | {fmt(r['best_f1'])} | {kept} | {r.get('note', '')} |"
         )
+    if args.compare:
+        out["compare"] = compare_table(args.model, list(slices), scored, args.compare, args.seed)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(out, indent=2))
     return 0
+
+
+def compare_table(models, slices, scored, samples, seed) -> dict:
+    """Print, and return, each later model against the first on every slice (paired bootstrap)."""
+    from pruner_model.metrics import paired_bootstrap
+
+    first, out = models[0], {}
+    keys = [f"comp@{t}" for t in TARGETS] + ["best_f1"]
+    print(
+        f"\nPaired with {Path(first).name} on the same queries ({samples} resamples): difference, 95% interval,"
+    )
+    print("share of resamples where the later model is ahead.\n")
+    print("| model | slice | " + " | ".join(k.replace("comp@", "comp @ ") for k in keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for model in models[1:]:
+        for sl in slices:
+            res = paired_bootstrap(scored[(first, sl)], scored[(model, sl)], samples=samples, seed=seed)
+            out.setdefault(Path(model).name, {})[sl] = res
+            cells = [
+                "—"
+                if res[k]["diff"] != res[k]["diff"]
+                else f"{res[k]['diff']:+.3f} [{res[k]['low']:+.3f}, {res[k]['high']:+.3f}] {res[k]['b_ahead']:.0%}"
+                for k in keys
+            ]
+            print(f"| {Path(model).name} | {sl} | " + " | ".join(cells) + " |")
+    return out
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ def evaluate(
     seed: int = 0,
     pipeline: bool = True,
     thresholds: dict[str, float] | None = None,
-) -> dict:
+    return_groups: bool = False,
+) -> dict | tuple[dict, dict[str, list[ScoredGroup]]]:
     """Curves, best compression per evidence target and the recommended threshold.
 
     Groups ``start:start + max_groups`` of the seeded permutation
@@ -194,6 +195,8 @@ def evaluate(
     operating point's second pass through the full pipeline (dedup, budgets): the operating point
     is then read off the sentence scores alone. ``thresholds`` (name -> threshold on the
     checkpoint's scale): what each keeps, in ``operating_point.at_thresholds``.
+    ``return_groups``: also return each system's scored groups (``{system: [ScoredGroup]}``, on
+    the scale its curve is measured on), e.g. for :func:`pruner_model.metrics.paired_bootstrap`.
     """
     cfg = pruner.config
     if start or max_groups is not None:
@@ -312,7 +315,7 @@ def evaluate(
                     "compression": m["compression"],
                 }
             )
-    return report
+    return (report, systems) if return_groups else report
 
 
 def write_markdown(report: dict, path: Path) -> None:

@@ -291,3 +291,94 @@ def calibrate_operating_point(
     if isinstance(groups, dict):
         out["slice_thresholds"] = per
     return floor, t, out
+
+
+def _sweep_thresholds(groups: list[ScoredGroup]) -> np.ndarray:
+    crit = [g.critical for g in groups if g.has_evidence]
+    return np.unique(np.clip(np.concatenate([np.linspace(0, 1, 101), crit]), 0, 1))
+
+
+def _curves_resampled(groups: list[ScoredGroup], weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Evidence preserved, compression and F1 at every :func:`sweep` threshold, for each row of
+    ``weights`` ([samples, groups]: how many times each group is drawn); ``[samples, thresholds]``.
+    Row ``k`` equals :func:`metrics_at` on the groups repeated ``weights[k]`` times."""
+    t = _sweep_thresholds(groups)
+    n_g, n_t = len(groups), len(t)
+    tok_out, tp, kept = (np.zeros((n_g, n_t)) for _ in range(3))
+    tok_in, rel, evid = np.zeros(n_g), np.zeros(n_g), np.zeros(n_g)
+    preserved = np.zeros((n_g, n_t))
+    for i, g in enumerate(groups):
+        order = np.argsort(g.scores, kind="stable")
+        s = g.scores[order]
+        # units kept at threshold t are the last (len - searchsorted(s, t)) of the sorted scores
+        first = np.searchsorted(s, t, side="left")
+        suffix = lambda x: np.concatenate([np.cumsum(x[::-1])[::-1], [0]])  # noqa: E731
+        tok_out[i] = suffix(g.tokens[order].astype(float))[first]
+        tp[i] = suffix(g.labels[order].astype(float))[first]
+        kept[i] = len(s) - first
+        tok_in[i] = g.tokens.sum()
+        rel[i] = g.labels.sum()
+        evid[i] = g.has_evidence
+        preserved[i] = g.has_evidence & (g.critical >= t)
+    w = weights.astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tp_w, kept_w = w @ tp, w @ kept
+        p = np.where(kept_w > 0, tp_w / kept_w, 0.0)
+        r = np.where((w @ rel)[:, None] > 0, tp_w / (w @ rel)[:, None], 0.0)
+        f1 = np.where(p + r > 0, 2 * p * r / (p + r), 0.0)
+        return {
+            "evidence_preserved": (w @ preserved) / (w @ evid)[:, None],
+            "compression": 1 - (w @ tok_out) / (w @ tok_in)[:, None],
+            "f1": f1,
+        }
+
+
+def _best(curves: dict[str, np.ndarray], targets) -> dict[str, np.ndarray]:
+    out = {}
+    for x in targets:
+        ok = curves["evidence_preserved"] >= x - 1e-12
+        best = np.where(ok, curves["compression"], -np.inf).max(axis=1)
+        out[f"comp@{x:.2f}"] = np.where(np.isfinite(best), best, np.nan)
+    out["best_f1"] = curves["f1"].max(axis=1)
+    return out
+
+
+def paired_bootstrap(
+    a: list[ScoredGroup],
+    b: list[ScoredGroup],
+    targets: tuple[float, ...] = (0.90, 0.95, 0.97, 0.99),
+    samples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, dict]:
+    """How much of the difference between two systems scored on the same queries is more than
+    the luck of which queries were drawn: both are re-measured on ``samples`` resamples of the
+    queries (drawn with replacement, the same draw for both), and for the best compression at
+    each evidence target (a threshold sweep per resample) and the best sentence F1 this gives
+    ``a``, ``b`` and ``diff`` (b - a) on the queries as they are, the ``level`` interval of the
+    difference (``low``, ``high``) and the share of resamples where ``b`` is ahead
+    (``b_ahead``). ``a[i]`` and ``b[i]`` must be the same query.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired comparison needs the same queries for both, got {len(a)} and {len(b)}")
+    if samples < 1 or not 0 < level < 1:
+        raise ValueError("samples must be >= 1 and level in (0, 1)")
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(len(a), np.full(len(a), 1 / len(a)), size=samples)
+    weights = np.vstack([np.ones(len(a)), draws])  # row 0: the queries as they are
+    best_a = _best(_curves_resampled(a, weights), targets)
+    best_b = _best(_curves_resampled(b, weights), targets)
+    out = {}
+    for key in best_a:
+        d = best_b[key] - best_a[key]
+        rs = d[1:][np.isfinite(d[1:])]
+        lo, hi = np.quantile(rs, [(1 - level) / 2, (1 + level) / 2]) if len(rs) else (np.nan, np.nan)
+        out[key] = {
+            "a": float(best_a[key][0]),
+            "b": float(best_b[key][0]),
+            "diff": float(d[0]),
+            "low": float(lo),
+            "high": float(hi),
+            "b_ahead": float(np.mean(rs > 0)) if len(rs) else float("nan"),
+        }
+    return out

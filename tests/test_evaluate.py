@@ -92,3 +92,83 @@ def test_cli_evaluate_bad_input(tmp_path, tiny_checkpoint, capsys):
         == 2
     )
     assert "lacks a string" in capsys.readouterr().err
+
+
+def _random_groups(seed, n=150):
+    from pruner_model.metrics import ScoredGroup
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        k = int(rng.integers(1, 10))
+        labels = rng.random(k) < 0.25
+        scores = np.clip(rng.random(k) * 0.6 + labels * rng.random(k) * 0.5, 0, 1).round(3)
+        out.append(ScoredGroup(scores, labels, rng.integers(5, 40, k)))
+    return out
+
+
+def test_paired_bootstrap_measures_the_queries_as_the_sweep_does_and_separates_luck_from_skill():
+    from pruner_model.metrics import ScoredGroup, best_compression_at, paired_bootstrap, sweep
+
+    a = _random_groups(0)
+    rng = np.random.default_rng(1)
+    jitter = [
+        ScoredGroup(np.clip(g.scores + rng.normal(0, 0.05, len(g.scores)), 0, 1), g.labels, g.tokens)
+        for g in a
+    ]
+    res = paired_bootstrap(a, jitter, samples=300)
+    curve_a, curve_b = sweep(a), sweep(jitter)
+    for t in ("0.90", "0.95", "0.97", "0.99"):  # on the queries as drawn: the sweep's own numbers
+        assert res[f"comp@{t}"]["a"] == pytest.approx(best_compression_at(curve_a, float(t))["compression"])
+        assert res[f"comp@{t}"]["b"] == pytest.approx(best_compression_at(curve_b, float(t))["compression"])
+        assert res[f"comp@{t}"]["low"] <= res[f"comp@{t}"]["high"]
+    assert res["best_f1"]["a"] == pytest.approx(max(p["f1"] for p in curve_a))
+    # a system against itself: no difference in any resample
+    same = paired_bootstrap(a, a, samples=50)
+    assert all(v["diff"] == v["low"] == v["high"] == 0 and v["b_ahead"] == 0 for v in same.values())
+    # a system that ranks every answer first is ahead on every resample, and says so
+    perfect = [ScoredGroup(np.where(g.labels, 0.9, 0.1), g.labels, g.tokens) for g in a]
+    better = paired_bootstrap(a, perfect, samples=200)
+    for v in better.values():
+        assert v["diff"] > 0 and v["low"] > 0 and v["b_ahead"] == 1.0
+    with pytest.raises(ValueError, match="same queries"):
+        paired_bootstrap(a, a[:-1])
+
+
+def test_shift_protocol_compares_two_checkpoints_on_the_same_queries(tmp_path, tiny_checkpoint, capsys):
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    import torch
+
+    from pruner_model import PrunerModel
+
+    spec = importlib.util.spec_from_file_location(
+        "shift_protocol", Path(__file__).parents[1] / "benchmarks" / "shift_protocol.py"
+    )
+    protocol = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(protocol)
+    other = tmp_path / "other"
+    shutil.copytree(tiny_checkpoint, other)
+    model = PrunerModel.from_pretrained(other)
+    with torch.no_grad():
+        model.token_head.weight.mul_(-1.0)  # a different model: reversed token scores
+    model.save_pretrained(other)
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    out = tmp_path / "shift.json"
+    argv = ["--model", str(tiny_checkpoint), "--model", str(other), "--data", str(data), "--start", "0"]
+    argv += ["--groups", "3", "--slices", "as_is,noisy", "--compare", "40", "--output", str(out)]
+    assert protocol.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Paired with ckpt" in printed and "| other | noisy |" in printed
+    report = json.loads(out.read_text())
+    for sl in ("as_is", "noisy"):
+        cmp = report["compare"]["other"][sl]["comp@0.90"]
+        first, later = report["results"]["ckpt"][sl], report["results"]["other"][sl]
+        assert cmp["a"] == pytest.approx(first["comp@0.90"]) and cmp["b"] == pytest.approx(later["comp@0.90"])
+        assert cmp["diff"] == pytest.approx(cmp["b"] - cmp["a"]) and cmp["low"] <= cmp["high"]
+    with pytest.raises(SystemExit):
+        protocol.main(["--model", str(tiny_checkpoint), "--data", str(data), "--compare", "10"])
+    assert "--compare needs at least two --model" in capsys.readouterr().err
