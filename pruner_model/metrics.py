@@ -179,11 +179,21 @@ def calibrate_threshold(groups: list[ScoredGroup], target: float) -> float:
     return float(np.clip(crit[need - 1], 0.0, 1.0))
 
 
+def _sweep_thresholds(groups: list[ScoredGroup]) -> np.ndarray:
+    """101 points on [0, 1] plus every evidence group's critical score."""
+    crit = [g.critical for g in groups if g.has_evidence]
+    return np.unique(np.clip(np.concatenate([np.linspace(0, 1, 101), crit]), 0, 1))
+
+
+def _suffix_sums(x: np.ndarray) -> np.ndarray:
+    """``out[i] = x[i:].sum()`` for ``i`` in ``0..len(x)`` (the last is 0)."""
+    return np.concatenate([np.cumsum(x[::-1])[::-1], [0]])
+
+
 def sweep(groups: list[ScoredGroup], thresholds: np.ndarray | None = None) -> list[dict]:
     """Metrics at each threshold (default: 101 points on [0, 1] plus every group's critical)."""
     if thresholds is None:
-        crit = [g.critical for g in groups if g.has_evidence]
-        thresholds = np.unique(np.clip(np.concatenate([np.linspace(0, 1, 101), crit]), 0, 1))
+        thresholds = _sweep_thresholds(groups)
     return [metrics_at(groups, float(t)) for t in thresholds]
 
 
@@ -293,11 +303,6 @@ def calibrate_operating_point(
     return floor, t, out
 
 
-def _sweep_thresholds(groups: list[ScoredGroup]) -> np.ndarray:
-    crit = [g.critical for g in groups if g.has_evidence]
-    return np.unique(np.clip(np.concatenate([np.linspace(0, 1, 101), crit]), 0, 1))
-
-
 def _curves_resampled(groups: list[ScoredGroup], weights: np.ndarray) -> dict[str, np.ndarray]:
     """Evidence preserved, compression and F1 at every :func:`sweep` threshold, for each row of
     ``weights`` ([samples, groups]: how many times each group is drawn); ``[samples, thresholds]``.
@@ -312,9 +317,8 @@ def _curves_resampled(groups: list[ScoredGroup], weights: np.ndarray) -> dict[st
         s = g.scores[order]
         # units kept at threshold t are the last (len - searchsorted(s, t)) of the sorted scores
         first = np.searchsorted(s, t, side="left")
-        suffix = lambda x: np.concatenate([np.cumsum(x[::-1])[::-1], [0]])  # noqa: E731
-        tok_out[i] = suffix(g.tokens[order].astype(float))[first]
-        tp[i] = suffix(g.labels[order].astype(float))[first]
+        tok_out[i] = _suffix_sums(g.tokens[order].astype(float))[first]
+        tp[i] = _suffix_sums(g.labels[order].astype(float))[first]
         kept[i] = len(s) - first
         tok_in[i] = g.tokens.sum()
         rel[i] = g.labels.sum()
