@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.model and not args.baselines:
         ap.error("give --model and/or --baselines")
+    if args.compare < 0:
+        ap.error(f"--compare takes a number of resamples >= 1, got {args.compare}")
     if args.compare and len(args.model) < 2:
         ap.error("--compare needs at least two --model")
     if not Path(args.data).is_file():

@@ -172,3 +172,6 @@ def test_shift_protocol_compares_two_checkpoints_on_the_same_queries(tmp_path, t
     with pytest.raises(SystemExit):
         protocol.main(["--model", str(tiny_checkpoint), "--data", str(data), "--compare", "10"])
     assert "--compare needs at least two --model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # refused before any scoring
+        protocol.main(argv[:4] + ["--data", str(data), "--compare", "-5"])
+    assert "--compare takes a number of resamples >= 1, got -5" in capsys.readouterr().err
