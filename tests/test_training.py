@@ -152,12 +152,18 @@ def test_training_changes_weights_and_lowers_loss(tmp_path, data_files, tiny_mod
     assert ("encoder.embeddings.word_embeddings.weight" in changed) is not frozen
 
 
-@pytest.mark.parametrize("grouped", [False, True], ids=["length-batches", "group-batches"])
-def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tokenizer, grouped):
+@pytest.mark.parametrize(
+    "grouped, averaged",
+    [(False, False), (True, False), (False, True)],
+    ids=["length-batches", "group-batches", "weight-average"],
+)
+def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tokenizer, grouped, averaged):
     over = {"train.max_steps": 6, "train.eval_every": 0, "train.save_every": 0}
     if grouped:  # whole query groups per batch, the ranking loss pooled over each group
         over.update({"train.group_batches": "true", "model.sentence_loss_weight": 0.5})
         tiny_model.config.sentence_loss_weight = 0.5
+    if averaged:  # the moving average is saved with the state and continued, not restarted
+        over.update({"train.ema_decay": 0.8, "train.lr": 1e-3})
     cfg = tiny_cfg(data_files, **over)
     a, b = copy.deepcopy(tiny_model), copy.deepcopy(tiny_model)
     train(cfg, tmp_path / "full", model=a, tokenizer=bert_tokenizer, quiet=True)
@@ -181,6 +187,44 @@ def test_resume_matches_uninterrupted(tmp_path, data_files, tiny_model, bert_tok
     )
     after = json.loads((tmp_path / "full" / "metrics.json").read_text())["history"]
     assert [h["step"] for h in after] == [h["step"] for h in before] == [6]
+
+
+def test_weight_average_is_the_bias_corrected_mean_and_swaps_back():
+    from pruner_model.training.averaging import WeightAverage
+
+    model = torch.nn.Linear(2, 1)
+    avg, d = WeightAverage(model, 0.5), 0.5
+    visited = []
+    for v in (1.0, 2.0, 4.0):
+        with torch.no_grad():
+            model.weight.fill_(v)
+        visited.append(v)
+        avg.update(model)
+    w = [d ** (len(visited) - 1 - i) for i in range(len(visited))]  # the newest weighs most
+    expected = sum(wi * v for wi, v in zip(w, visited)) / sum(w)  # (1 + 2*2 + 4*4) / 7 = 3
+    assert avg.shadow["weight"] == pytest.approx(torch.full((1, 2), expected))
+    with avg.swapped_in(model):
+        assert torch.allclose(model.weight, torch.full((1, 2), expected))
+    assert torch.equal(model.weight, torch.full((1, 2), 4.0))  # its own weights are back
+    with pytest.raises(ValueError, match="decay"):
+        WeightAverage(model, 1.0)
+
+
+def test_weight_average_is_what_is_evaluated_and_published(tmp_path, data_files, tiny_model, bert_tokenizer):
+    over = {"train.max_steps": 8, "train.lr": 1e-3, "train.eval_every": 0, "train.ema_decay": 0.9}
+    train(
+        tiny_cfg(data_files, **over), tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True
+    )
+    published = load_file(str(tmp_path / "r" / "model.safetensors"))
+    last = load_file(str(tmp_path / "r.trainer" / "last" / "model.safetensors"))  # the last step's
+    saved = load_file(str(tmp_path / "r.trainer" / "last" / "weight_average.safetensors"))
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["best_step"] == 8
+    assert set(saved) <= set(published)
+    for name in ("token_head.weight", "encoder.encoder.layer.0.attention.self.query.weight"):
+        assert not torch.allclose(published[name], last[name])  # not the last step's weights ...
+        assert torch.equal(published[name], saved[name])  # ... but their average
+    with pytest.raises(ConfigError, match="ema_decay"):
+        tiny_cfg(data_files, **{"train.ema_decay": 1.0})
 
 
 def test_refuses_to_overwrite_a_run(tmp_path, data_files, tiny_model, bert_tokenizer):

@@ -97,6 +97,9 @@ class TrainSection:
     # keep the encoder's input word embeddings as pretrained: words the training data never shows
     # (other domains, typos) stay aligned with the words it does show
     freeze_word_embeddings: bool = False
+    # > 0: evaluate, keep and publish an exponential moving average of the weights (about the last
+    # 1 / (1 - ema_decay) steps) instead of the last step's weights (training/averaging.py)
+    ema_decay: float = 0.0
 
 
 @dataclass
@@ -201,6 +204,8 @@ class TrainConfig:
         for name in ("eval_every", "save_every", "num_workers", "malloc_mmap_threshold"):
             if getattr(t, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
+        if not 0.0 <= t.ema_decay < 1.0:
+            raise ConfigError(f"train.ema_decay must be in [0, 1) (0 = off), got {t.ema_decay}")
         if t.log_every < 1:
             raise ConfigError("train.log_every must be >= 1")
         if t.best_metric not in BEST_METRICS:

@@ -30,6 +30,7 @@ from pruner_model.groups import load_slice
 from pruner_model.memory import fix_mmap_threshold
 from pruner_model.records import write_json
 
+from .averaging import WeightAverage
 from .calibration import calibrate, report
 from .checkpoints import recover, save_checkpoint, swap_in
 from .config import TrainConfig
@@ -137,8 +138,11 @@ class Trainer:
             self.model, optimizer, scheduler
         )
         self.unwrapped = self.accelerator.unwrap_model(self.model)
+        self.average = WeightAverage(self.unwrapped, t.ema_decay) if t.ema_decay else None
         if resume:
             self.accelerator.load_state(str(self.state_dir))
+            if self.average is not None:
+                self.average.load(self.state_dir)
             self.state = json.loads((self.state_dir / STATE_FILE).read_text())
             if not self.quiet:
                 s = self.state
@@ -231,6 +235,12 @@ class Trainer:
             self.accelerator.wait_for_everyone()
 
     def _evaluate(self) -> dict:
+        if self.average is None:
+            return self._evaluate_weights()
+        with self.average.swapped_in(self.unwrapped):  # the average is what is judged and kept
+            return self._evaluate_weights()
+
+    def _evaluate_weights(self) -> dict:
         t, mc, state = self.cfg.train, self.unwrapped.config, self.state
         groups, auc = score_dev(
             self.unwrapped,
@@ -265,6 +275,8 @@ class Trainer:
         self.accelerator.save_state(str(tmp))
         self.accelerator.wait_for_everyone()
         if self.is_main:
+            if self.average is not None:
+                self.average.save(tmp)
             (tmp / STATE_FILE).write_text(json.dumps(self.state))
             swap_in(tmp, self.state_dir)
         self.accelerator.wait_for_everyone()
@@ -313,6 +325,8 @@ class Trainer:
                     if not self.accelerator.sync_gradients:
                         continue
                     state["step"] += 1
+                    if self.average is not None:
+                        self.average.update(self.unwrapped)
                     bar.update(1)
                     if state["step"] % t.log_every == 0 or state["step"] == self.total_steps:
                         rate = seen / max(time.perf_counter() - t_start, 1e-9)
