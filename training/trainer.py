@@ -259,7 +259,7 @@ class Trainer:
             save_checkpoint(self.unwrapped, self.tokenizer, self.best_dir)
         if not self.quiet:
             log(
-                f"step {state['step']}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
+                f"step {state['step']}{' (weight average)' if self.average else ''}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
                 f"evidence {m['evidence_preserved']:.3f} / compression {m['compression']:.3f} at "
                 f"threshold {mc.threshold:.2f}" + (" (best)" if better else "")
             )
