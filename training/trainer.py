@@ -258,8 +258,9 @@ class Trainer:
             state["best"], state["best_step"] = value, state["step"]
             save_checkpoint(self.unwrapped, self.tokenizer, self.best_dir)
         if not self.quiet:
+            which = " (weight average)" if self.average is not None else ""
             log(
-                f"step {state['step']}{' (weight average)' if self.average else ''}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
+                f"step {state['step']}{which}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
                 f"evidence {m['evidence_preserved']:.3f} / compression {m['compression']:.3f} at "
                 f"threshold {mc.threshold:.2f}" + (" (best)" if better else "")
             )
