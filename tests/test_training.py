@@ -227,6 +227,35 @@ def test_weight_average_is_what_is_evaluated_and_published(tmp_path, data_files,
         tiny_cfg(data_files, **{"train.ema_decay": 1.0})
 
 
+def test_resume_must_keep_the_weight_average_setting(tmp_path, data_files, tiny_model, bert_tokenizer):
+    plain = {"train.max_steps": 4, "train.eval_every": 0, "train.save_every": 0}
+    averaged = {**plain, "train.ema_decay": 0.8}
+    for name, started, resumed, message in (
+        ("averaged", averaged, plain, "started with train.ema_decay"),  # its average would be lost
+        ("plain", plain, averaged, "started without train.ema_decay"),  # no average to continue
+    ):
+        out = tmp_path / name
+        cut = train(
+            tiny_cfg(data_files, **started),
+            out,
+            model=copy.deepcopy(tiny_model),
+            tokenizer=bert_tokenizer,
+            quiet=True,
+            stop_after=2,
+        )
+        assert cut == {"interrupted": True, "step": 2}
+        with pytest.raises((ValueError, FileNotFoundError), match=message):
+            train(
+                tiny_cfg(data_files, **resumed),
+                out,
+                model=copy.deepcopy(tiny_model),
+                tokenizer=bert_tokenizer,
+                quiet=True,
+                resume=True,
+            )
+        assert not (out / "model.safetensors").exists()  # nothing was published from the refused run
+
+
 def test_refuses_to_overwrite_a_run(tmp_path, data_files, tiny_model, bert_tokenizer):
     cfg = tiny_cfg(data_files, **{"train.max_steps": 1, "train.eval_every": 0})
     train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)

@@ -30,6 +30,7 @@ from pruner_model.groups import load_slice
 from pruner_model.memory import fix_mmap_threshold
 from pruner_model.records import write_json
 
+from .averaging import FILE as AVERAGE_FILE
 from .averaging import WeightAverage
 from .calibration import calibrate, report
 from .checkpoints import recover, save_checkpoint, swap_in
@@ -143,6 +144,11 @@ class Trainer:
             self.accelerator.load_state(str(self.state_dir))
             if self.average is not None:
                 self.average.load(self.state_dir)
+            elif (self.state_dir / AVERAGE_FILE).is_file():
+                raise ValueError(
+                    f"{self.state_dir / AVERAGE_FILE} exists: the run was started with train.ema_decay "
+                    "(resume it with the same setting, or its average would be dropped)"
+                )
             self.state = json.loads((self.state_dir / STATE_FILE).read_text())
             if not self.quiet:
                 s = self.state
