@@ -141,14 +141,14 @@ class Trainer:
         self.unwrapped = self.accelerator.unwrap_model(self.model)
         self.average = WeightAverage(self.unwrapped, t.ema_decay) if t.ema_decay else None
         if resume:
-            self.accelerator.load_state(str(self.state_dir))
-            if self.average is not None:
-                self.average.load(self.state_dir)
-            elif (self.state_dir / AVERAGE_FILE).is_file():
+            if self.average is None and (self.state_dir / AVERAGE_FILE).is_file():
                 raise ValueError(
                     f"{self.state_dir / AVERAGE_FILE} exists: the run was started with train.ema_decay "
                     "(resume it with the same setting, or its average would be dropped)"
                 )
+            self.accelerator.load_state(str(self.state_dir))
+            if self.average is not None:
+                self.average.load(self.state_dir)
             self.state = json.loads((self.state_dir / STATE_FILE).read_text())
             if not self.quiet:
                 s = self.state
