@@ -60,11 +60,6 @@ class WeightAverage:
         from safetensors import safe_open
 
         path = Path(folder) / FILE
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} is missing: the run was started without train.ema_decay (resume it with the "
-                "same setting)"
-            )
         with safe_open(str(path), framework="pt") as fh:
             names = set(fh.keys())
             if names != set(self.shadow):

@@ -141,10 +141,11 @@ class Trainer:
         self.unwrapped = self.accelerator.unwrap_model(self.model)
         self.average = WeightAverage(self.unwrapped, t.ema_decay) if t.ema_decay else None
         if resume:
-            if self.average is None and (self.state_dir / AVERAGE_FILE).is_file():
+            saved = (self.state_dir / AVERAGE_FILE).is_file()
+            if saved != (self.average is not None):  # the average would be dropped, or is not there
                 raise ValueError(
-                    f"{self.state_dir / AVERAGE_FILE} exists: the run was started with train.ema_decay "
-                    "(resume it with the same setting, or its average would be dropped)"
+                    f"{self.state_dir / AVERAGE_FILE} {'exists' if saved else 'is missing'}: the run was "
+                    f"started with{'' if saved else 'out'} train.ema_decay (resume it with the same setting)"
                 )
             self.accelerator.load_state(str(self.state_dir))
             if self.average is not None:
