@@ -186,6 +186,7 @@ def evaluate(
     pipeline: bool = True,
     thresholds: dict[str, float] | None = None,
     return_groups: bool = False,
+    confidence: float | None = None,
 ) -> dict | tuple[dict, dict[str, list[ScoredGroup]]]:
     """Curves, best compression per evidence target and the recommended threshold.
 
@@ -195,6 +196,8 @@ def evaluate(
     operating point's second pass through the full pipeline (dedup, budgets): the operating point
     is then read off the sentence scores alone. ``thresholds`` (name -> threshold on the
     checkpoint's scale): what each keeps, in ``operating_point.at_thresholds``.
+    ``confidence``: the recommended threshold keeps ``>= target`` on new queries with that
+    confidence (:func:`pruner_model.metrics.required_kept`), not only on these.
     ``return_groups``: also return each system's scored groups (``{system: [ScoredGroup]}``, on
     the scale its curve is measured on), e.g. for :func:`pruner_model.metrics.paired_bootstrap`.
     """
@@ -233,6 +236,7 @@ def evaluate(
         "passages": sum(len(g.passages) for g in groups),
         "groups_with_evidence": sum(any(lab.any() for lab in g.labels) for g in groups),
         "target_evidence": target,
+        "confidence": confidence,
         "relative_floor": floor,
         "relevance_exponent": getattr(pruner.config, "relevance_exponent", 0.0),
         "systems": {},
@@ -270,7 +274,7 @@ def evaluate(
     from .pruner import PruneRequest
 
     model_groups = systems["pruner"]
-    threshold = calibrate_threshold(model_groups, target)
+    threshold = calibrate_threshold(model_groups, target, confidence)
     settings = [pruner.selection_params(threshold=threshold)]
     settings += [pruner.selection_params(threshold=0.0, token_budget=b) for b in budgets]
     masks: list[list[np.ndarray]] = [[] for _ in settings]

@@ -22,6 +22,13 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="report folder")
     p.add_argument("--target-evidence", type=float, default=0.97)
     p.add_argument(
+        "--confidence",
+        type=float,
+        default=None,
+        help="recommend the threshold that keeps --target-evidence on new queries with this confidence "
+        "(0.5-1, an exact binomial bound on the groups evaluated) instead of on these groups alone",
+    )
+    p.add_argument(
         "--max-groups",
         type=int,
         default=500,
@@ -59,6 +66,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     args = _evaluate_parser().parse_args(argv)
     if not 0 < args.target_evidence <= 1:
         raise ValueError("--target-evidence must be in (0, 1]")
+    if args.confidence is not None and not 0.5 <= args.confidence < 1:
+        raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence}")
     model_dir = existing_model_dir(args.model)
     from pruner_model.records import read_jsonl, validate_labeled, write_json
 
@@ -100,6 +109,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         baselines=baselines,
         budgets=budgets,
+        confidence=args.confidence,
         progress_factory=lambda n, desc: tqdm(total=n, desc=desc, unit="query"),
     )
     out = Path(args.output)
@@ -108,8 +118,10 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     write_markdown(report, out / "report.md")
     plot_curves(report, out / "curve.png")
     op = report["operating_point"]
+    sure = "" if args.confidence is None else f" with confidence {args.confidence}"
     print(
-        f"recommended threshold {report['recommended_threshold']:.4f} for evidence ≥ {args.target_evidence}: "
+        f"recommended threshold {report['recommended_threshold']:.4f} for evidence ≥ {args.target_evidence}"
+        f"{sure}: "
         f"evidence preserved {op['evidence_preserved']:.3f}, compression {op['compression']:.3f} "
         f"(report in {out})",
         file=sys.stderr,

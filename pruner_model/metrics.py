@@ -9,6 +9,7 @@ is kept.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,8 +165,34 @@ def weighted_groups(groups: list[ScoredGroup], exponent: float) -> list[ScoredGr
     ]
 
 
-def calibrate_threshold(groups: list[ScoredGroup], target: float) -> float:
-    """The highest threshold whose evidence preserved is ``>= target`` (so: most compression).
+@functools.lru_cache(maxsize=4096)
+def required_kept(n: int, target: float, confidence: float | None = None) -> int:
+    """How many of ``n`` calibration queries with evidence a calibrated threshold must keep.
+
+    Without ``confidence``: ``ceil(target * n)``, the sample's share meets the target (about half
+    the time, new queries then keep less). With ``confidence`` (in [0.5, 1)): the fewest ``k``
+    for which an exact one-sided binomial (Clopper-Pearson) bound puts the share kept on new
+    queries at or above ``target`` with that confidence, ``P(Binomial(n, target) >= k) <= 1 -
+    confidence``; the headroom shrinks as ``n`` grows (about ``z * sqrt(target * (1 - target) /
+    n)``). ``n`` when no ``k`` reaches the bound: the threshold then keeps every answer seen.
+    """
+    if n <= 0:
+        return 0
+    plain = min(max(int(np.ceil(target * n - 1e-9)), 1), n)
+    if confidence is None or target >= 1.0:
+        return plain
+    k = np.arange(n + 1)
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
+    log_pmf = log_fact[n] - log_fact[k] - log_fact[n - k] + k * np.log(target) + (n - k) * np.log1p(-target)
+    at_least = np.cumsum(np.exp(log_pmf - log_pmf.max())[::-1])[::-1] * np.exp(log_pmf.max())
+    ok = np.flatnonzero(at_least <= 1.0 - confidence + 1e-12)
+    return int(max(plain, ok[0] if len(ok) else n))
+
+
+def calibrate_threshold(groups: list[ScoredGroup], target: float, confidence: float | None = None) -> float:
+    """The highest threshold whose evidence preserved is ``>= target`` (so: most compression);
+    with ``confidence``, the highest that keeps :func:`required_kept` of the evidence groups, so
+    that new queries keep ``>= target`` with that confidence.
 
     Evidence preserved at threshold t is the share of evidence groups whose critical score
     (lowest relevant-unit score) is ``>= t``; it only falls as t rises, so the answer is an
@@ -174,8 +201,7 @@ def calibrate_threshold(groups: list[ScoredGroup], target: float) -> float:
     crit = np.sort([g.critical for g in groups if g.has_evidence])[::-1]
     if not len(crit):
         return 0.5
-    need = int(np.ceil(target * len(crit) - 1e-9))
-    need = min(max(need, 1), len(crit))
+    need = required_kept(len(crit), float(target), confidence)
     return float(np.clip(crit[need - 1], 0.0, 1.0))
 
 
@@ -203,10 +229,13 @@ def best_compression_at(curve: list[dict], target: float) -> dict | None:
     return max(ok, key=lambda pt: pt["compression"]) if ok else None
 
 
-def slices_threshold(slices: list[list[ScoredGroup]], target: float) -> float:
+def slices_threshold(
+    slices: list[list[ScoredGroup]], target: float, confidence: float | None = None
+) -> float:
     """The highest threshold whose evidence preserved is ``>= target`` on every slice: the lowest
-    of the slices' own (:func:`calibrate_threshold`); slices without evidence set none."""
-    own = [calibrate_threshold(gs, target) for gs in slices if any(g.has_evidence for g in gs)]
+    of the slices' own (:func:`calibrate_threshold`, with ``confidence`` for each slice's size);
+    slices without evidence set none."""
+    own = [calibrate_threshold(gs, target, confidence) for gs in slices if any(g.has_evidence for g in gs)]
     return min(own) if own else calibrate_threshold([], target)
 
 
@@ -216,6 +245,7 @@ def cross_validate(
     floor: float | None = None,
     folds: int = 5,
     seed: int = 0,
+    confidence: float | None = None,
 ) -> dict:
     """Evidence preserved and compression of a calibrated threshold on groups it was not calibrated
     on: ``folds``-fold cross-validation (threshold calibrated on the other folds, measured on the
@@ -239,7 +269,8 @@ def cross_validate(
     pooled: list[ScoredGroup] = []
     kept_masks: list[np.ndarray] = []
     for f in range(folds):
-        t = slices_threshold([[g for g, a in zip(gs, asg) if a != f] for gs, asg in zip(rel, assign)], target)
+        rest = [[g for g, a in zip(gs, asg) if a != f] for gs, asg in zip(rel, assign)]
+        t = slices_threshold(rest, target, confidence)
         for gs, asg in zip(rel, assign):
             for i in np.flatnonzero(asg == f):
                 pooled.append(gs[i])
@@ -254,6 +285,7 @@ def calibrate_operating_point(
     floors: list[float | None],
     folds: int = 0,
     exponents: list[float] | tuple[float, ...] = (0.0,),
+    confidence: float | None = None,
 ) -> tuple[float | None, float, dict]:
     """The ``(relative_floor, threshold)`` pair, among ``floors`` (None = absolute scores), with the
     highest compression at evidence preserved ``>= target``; also its metrics on ``groups``.
@@ -265,6 +297,9 @@ def calibrate_operating_point(
 
     ``exponents`` are relevance exponents (:func:`relevance_weighted`) tried with every floor; the
     chosen one is ``metrics["relevance_exponent"]``.
+
+    ``confidence`` calibrates every threshold so that new queries keep ``>= target`` with that
+    confidence, given how many queries with evidence each slice has (:func:`required_kept`).
 
     ``groups`` may be slices (``{name: groups}``, e.g. the calibration groups and shifted copies
     of them): each candidate's threshold is then the one that meets the target on every slice
@@ -284,17 +319,17 @@ def calibrate_operating_point(
         weighted = {k: weighted_groups(gs, exponent) for k, gs in named.items()}
         for floor in floors:
             rel = {k: relative_groups(gs, floor) for k, gs in weighted.items()}
-            t = slices_threshold(list(rel.values()), target)
+            t = slices_threshold(list(rel.values()), target, confidence)
             m = metrics_at([g for gs in rel.values() for g in gs], t)
             row = {"relevance_exponent": exponent, "relative_floor": floor, "threshold": t}
             row["compression"] = m["compression"]
             if use_cv:  # rel is already relative to ``floor``
-                cv = cross_validate(list(rel.values()), target, None, folds)
+                cv = cross_validate(list(rel.values()), target, None, folds, confidence=confidence)
                 row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
             table.append(row)
             score = row["cv_compression"] if use_cv else row["compression"]
             if best is None or score > best[0] + 1e-12:
-                per = {k: calibrate_threshold(gs, target) for k, gs in rel.items()}
+                per = {k: calibrate_threshold(gs, target, confidence) for k, gs in rel.items()}
                 best = (score, exponent, floor, t, m, per)
     _, exponent, floor, t, m, per = best
     out = {**m, "relevance_exponent": exponent, "candidates": table}

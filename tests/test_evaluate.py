@@ -82,6 +82,27 @@ def test_cli_evaluate_writes_report_plot_and_threshold(tmp_path, tiny_checkpoint
     assert np.all(np.diff([p["evidence_preserved"] for p in report["systems"]["pruner"]["curve"]]) <= 1e-12)
 
 
+def test_cli_evaluate_recommends_a_threshold_with_confidence(tmp_path, tiny_checkpoint, capsys):
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    base = ["evaluate", "--model", str(tiny_checkpoint), "--data", str(data), "--baselines", "none"]
+    reports = {}
+    for conf in (None, "0.8"):
+        out = tmp_path / f"r{conf}"
+        extra = [] if conf is None else ["--confidence", conf]
+        assert main([*base, "--output", str(out), "--target-evidence", "0.5", *extra]) == 0
+        reports[conf] = json.loads((out / "report.json").read_text())
+    # 3 queries with evidence: 0.5 needs 2 of them kept; with confidence 0.8 all 3
+    # (P(Binomial(3, 0.5) >= 3) = 0.125 <= 0.2)
+    assert reports[None]["operating_point"]["evidence_preserved"] == pytest.approx(2 / 3)
+    assert reports["0.8"]["operating_point"]["evidence_preserved"] == 1.0
+    assert reports["0.8"]["confidence"] == 0.8
+    assert reports["0.8"]["recommended_threshold"] < reports[None]["recommended_threshold"]
+    assert "with confidence 0.8" in capsys.readouterr().err
+    assert main([*base, "--output", str(tmp_path / "x"), "--confidence", "0.3"]) == 2
+    assert "--confidence must be in [0.5, 1)" in capsys.readouterr().err
+
+
 def test_cli_evaluate_bad_input(tmp_path, tiny_checkpoint, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x"}\n')

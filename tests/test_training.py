@@ -503,6 +503,48 @@ def test_relevance_exponent_is_chosen_when_the_relevance_head_separates():
         load_config(None, ["calibration.relevance_exponents=[-1]"])
 
 
+def test_required_kept_is_the_exact_binomial_bound():
+    from scipy.stats import binom
+
+    from pruner_model.metrics import required_kept
+
+    for n, target, conf in [(97, 0.95, 0.8), (240, 0.95, 0.9), (900, 0.97, 0.8), (30, 0.9, 0.95)]:
+        k = required_kept(n, target, conf)
+        assert binom.sf(k - 1, n, target) <= 1 - conf < binom.sf(k - 2, n, target)  # the fewest such k
+    assert required_kept(240, 0.95) == 228  # ceil(0.95 * 240): the sample meets the target
+    # the headroom shrinks as the slice grows, and keeps all that was seen when n is too small
+    shares = [required_kept(n, 0.95, 0.8) / n for n in (120, 240, 900, 4000)]
+    assert shares == sorted(shares, reverse=True) and 0.95 < shares[-1] < 0.955
+    assert required_kept(20, 0.99, 0.9) == 20 and required_kept(0, 0.95, 0.9) == 0
+
+
+def test_confidence_keeps_the_promise_on_new_queries():
+    # Critical scores uniform on [0, 1]: a threshold t keeps 1 - t of new queries. Calibrated on
+    # 200 queries for 0.95, the plain threshold keeps >= 0.95 of new ones about half the time;
+    # with confidence 0.9, in about 9 draws of 10.
+    rng = np.random.default_rng(0)
+    tok, held = np.array([10]), {None: [], 0.9: []}
+    for _ in range(300):
+        groups = [ScoredGroup(np.array([c]), np.array([True]), tok) for c in rng.uniform(size=200)]
+        for conf in held:
+            held[conf].append(1 - calibrate_threshold(groups, 0.95, conf) >= 0.95)
+    assert 0.35 < np.mean(held[None]) < 0.65
+    assert 0.85 < np.mean(held[0.9]) < 0.95
+    # over slices, each slice's threshold gets the headroom of its own size
+    small = [ScoredGroup(np.array([c]), np.array([True]), tok) for c in rng.uniform(size=60)]
+    large = [ScoredGroup(np.array([c]), np.array([True]), tok) for c in rng.uniform(size=2000)]
+    plain = calibrate_operating_point({"small": small, "large": large}, 0.9, [None])[2]["slice_thresholds"]
+    sure = calibrate_operating_point({"small": small, "large": large}, 0.9, [None], confidence=0.9)
+    assert sure[1] == min(sure[2]["slice_thresholds"].values())
+    assert 1 - metrics_at(small, sure[1])["evidence_preserved"] <= 0.1 - 0.05  # ~1.3 sd of 60
+    for name in ("small", "large"):
+        assert sure[2]["slice_thresholds"][name] < plain[name]
+    assert metrics_at(large, sure[2]["slice_thresholds"]["large"])["evidence_preserved"] < 0.92
+    with pytest.raises(ConfigError, match="calibration.confidence"):
+        load_config(None, ["calibration.confidence=0.3"])
+    assert load_config(None, ["calibration.confidence=0.9"]).calibration.confidence == 0.9
+
+
 def test_calibration_margin_and_loss_weights_are_validated():
     with pytest.raises(ConfigError, match="model.sentence_loss_weight must be >= 0"):
         load_config(None, ["model.sentence_loss_weight=-0.5"])

@@ -71,7 +71,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     # exponent whose such threshold compresses the most
     slices = {"as_is": scored, **shifted} if shifted else scored
     mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
-        slices, aim, floors, c.folds, exponents
+        slices, aim, floors, c.folds, exponents, c.confidence
     )
     mc.relevance_exponent = chosen["relevance_exponent"]
     mc.target_evidence = c.target_evidence
@@ -85,6 +85,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         uncertainty_threshold=mc.uncertainty_threshold,
         absolute_threshold=chosen["candidates"][0]["threshold"],
         calibrated_for=aim,
+        confidence=c.confidence,
         candidates=chosen["candidates"],
     )
     if per_slice:
@@ -100,6 +101,8 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         if mc.relevance_exponent:
             mode += f", x relevance^{mc.relevance_exponent}"
         margin = f" + margin {c.margin}" if aim != c.target_evidence else ""
+        if c.confidence is not None:
+            margin += f", with confidence {c.confidence} per slice"
         if per_slice:
             log("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
         log(

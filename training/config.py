@@ -119,6 +119,11 @@ class CalibrationSection:
     # the threshold is calibrated for target_evidence + margin: a calibrated threshold lands on
     # new queries around its target, half the time under it; a margin buys headroom for compression
     margin: float = 0.0
+    # calibrate each slice's threshold so that new queries keep >= target (+ margin) with this
+    # confidence, judged by an exact binomial bound on how many calibration queries with evidence
+    # the slice has: small slices (a few hundred low-overlap questions) get more headroom than large
+    # ones. null = the threshold that meets the target on the calibration queries themselves
+    confidence: float | None = None
     # shifted versions of the calibration groups (pruner_model.shifts: mined, low_overlap, noisy,
     # or shifts joined by "+", e.g. mined+noisy) scored beside them: floor and exponent are chosen
     # on all of them pooled, and the threshold is the lowest that meets the target on each, so the
@@ -160,6 +165,8 @@ class CalibrationSection:
             raise ConfigError(
                 f"calibration.margin must be >= 0 with target_evidence + margin <= 1, got {self.margin}"
             )
+        if self.confidence is not None and not 0.5 <= self.confidence < 1.0:
+            raise ConfigError(f"calibration.confidence must be in [0.5, 1) or null, got {self.confidence}")
         if self.relevance_exponents:  # the model's own check (imported only when there is one)
             from pruner_model.metrics import check_relevance_exponent
 
