@@ -617,3 +617,15 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
     cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap]", "calibration.shift_groups=1"])
     shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
     assert shifted == {"noisy": [f"noisy scores of {every[0].id}"], "low_overlap": ["scores of qb"]}
+    # a combined slice of low-overlap questions is built from every calibration group, not only the
+    # first shift_groups ones: it scores just their low-overlap subset
+    seen = []
+
+    def record(model, tokenizer, groups, bf16=False):
+        seen.append(sorted(g.id for g in groups))
+        return [f"copy of {g.id}" for g in groups], 0.5
+
+    monkeypatch.setattr(calibration, "_score", record)
+    cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap+noisy]", "calibration.shift_groups=1"])
+    shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
+    assert seen == [[every[0].id], ["qb"]] and shifted["low_overlap+noisy"] == ["copy of qb"]

@@ -126,15 +126,19 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
     """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
 
     ``mined``, ``noisy`` and combined copies (``mined+noisy``) are built from the first
-    ``calibration.shift_groups`` groups and scored again. ``low_overlap`` is a subset of the
-    calibration groups themselves: with every answer labeled (the slice's labels) it takes their
-    scores as they are, from all of them.
+    ``calibration.shift_groups`` groups and scored again; combined copies that keep only
+    low-overlap questions (``low_overlap+noisy``) are built from all of them, as they score only a
+    quarter or so of the groups. ``low_overlap`` is a subset of the calibration groups themselves:
+    with every answer labeled (the slice's labels) it takes their scores as they are, from all of
+    them.
     """
-    from pruner_model.shifts import build_slice, shares_few_words
+    from pruner_model.shifts import build_slice, shares_few_words, slice_parts
 
     c, mc, out = cfg.calibration, model.config, {}
-    ids = {g.id for g in groups[: c.shift_groups]}
+    first = {g.id for g in groups[: c.shift_groups]}
+    every = {g.id for g in groups}
     for name in c.shifts:
+        ids = every if "low_overlap" in slice_parts(name) else first
         if name == "low_overlap" and c.every_answer:
             out[name] = [
                 s

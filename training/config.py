@@ -131,7 +131,8 @@ class CalibrationSection:
     shifts: list[str] = field(default_factory=list)
     # build the mined and noisy copies from only N of the calibration groups (None = all of them):
     # each scores its groups again, so this bounds the calibration time of large slices
-    # (low_overlap is a subset of the calibration groups and reuses their scores)
+    # (low_overlap is a subset of the calibration groups and reuses their scores; combined slices
+    # of low-overlap questions, e.g. low_overlap+noisy, take that subset of all of them)
     shift_groups: int | None = None
     # queries whose best sentence scores under the uncertainty threshold are flagged uncertain: it
     # is set so that this share of the calibration queries with evidence falls under it (0 = off)
