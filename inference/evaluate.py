@@ -340,7 +340,9 @@ def write_markdown(report: dict, path: Path) -> None:
     op = report["operating_point"]
     lines += [
         "",
-        f"## Operating point (target evidence {report['target_evidence']})\n",
+        f"## Operating point (target evidence {report['target_evidence']}"
+        + (f", with confidence {report['confidence']}" if report.get("confidence") is not None else "")
+        + ")\n",
         f"Recommended threshold **{report['recommended_threshold']:.4f}** "
         f"(checkpoint default {op['checkpoint_threshold']:.4f}"
         + (

@@ -97,6 +97,7 @@ def test_cli_evaluate_recommends_a_threshold_with_confidence(tmp_path, tiny_chec
     assert reports[None]["operating_point"]["evidence_preserved"] == pytest.approx(2 / 3)
     assert reports["0.8"]["operating_point"]["evidence_preserved"] == 1.0
     assert reports["0.8"]["confidence"] == 0.8
+    assert "(target evidence 0.5, with confidence 0.8)" in (tmp_path / "r0.8" / "report.md").read_text()
     assert reports["0.8"]["recommended_threshold"] < reports[None]["recommended_threshold"]
     assert "with confidence 0.8" in capsys.readouterr().err
     assert main([*base, "--output", str(tmp_path / "x"), "--confidence", "0.3"]) == 2
