@@ -66,8 +66,12 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     args = _evaluate_parser().parse_args(argv)
     if not 0 < args.target_evidence <= 1:
         raise ValueError("--target-evidence must be in (0, 1]")
-    if args.confidence is not None and not 0.5 <= args.confidence < 1:
-        raise ValueError(f"--confidence must be in [0.5, 1), got {args.confidence}")
+    from pruner_model.metrics import check_confidence
+
+    try:
+        check_confidence(args.confidence)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
     model_dir = existing_model_dir(args.model)
     from pruner_model.records import read_jsonl, validate_labeled, write_json
 

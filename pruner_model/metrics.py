@@ -165,6 +165,14 @@ def weighted_groups(groups: list[ScoredGroup], exponent: float) -> list[ScoredGr
     ]
 
 
+def check_confidence(confidence: float | None) -> None:
+    """``confidence`` of :func:`required_kept`: None, or a number in [0.5, 1)."""
+    if confidence is None:
+        return
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
+
+
 @functools.lru_cache(maxsize=4096)
 def required_kept(n: int, target: float, confidence: float | None = None) -> int:
     """How many of ``n`` calibration queries with evidence a calibrated threshold must keep.
@@ -176,6 +184,7 @@ def required_kept(n: int, target: float, confidence: float | None = None) -> int
     confidence``; the headroom shrinks as ``n`` grows (about ``z * sqrt(target * (1 - target) /
     n)``). ``n`` when no ``k`` reaches the bound: the threshold then keeps every answer seen.
     """
+    check_confidence(confidence)
     if n <= 0:
         return 0
     plain = min(max(int(np.ceil(target * n - 1e-9)), 1), n)

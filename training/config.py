@@ -166,8 +166,13 @@ class CalibrationSection:
             raise ConfigError(
                 f"calibration.margin must be >= 0 with target_evidence + margin <= 1, got {self.margin}"
             )
-        if self.confidence is not None and not 0.5 <= self.confidence < 1.0:
-            raise ConfigError(f"calibration.confidence must be in [0.5, 1) or null, got {self.confidence}")
+        if self.confidence is not None:  # the metric's own check
+            from pruner_model.metrics import check_confidence
+
+            try:
+                check_confidence(self.confidence)
+            except ValueError as exc:
+                raise ConfigError(f"calibration.{exc} (or null)") from None
         if self.relevance_exponents:  # the model's own check (imported only when there is one)
             from pruner_model.metrics import check_relevance_exponent
 
