@@ -193,7 +193,7 @@ def required_kept(n: int, target: float, confidence: float | None = None) -> int
     k = np.arange(n + 1)
     log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
     log_pmf = log_fact[n] - log_fact[k] - log_fact[n - k] + k * np.log(target) + (n - k) * np.log1p(-target)
-    at_least = np.cumsum(np.exp(log_pmf - log_pmf.max())[::-1])[::-1] * np.exp(log_pmf.max())
+    at_least = np.cumsum(np.exp(log_pmf)[::-1])[::-1]  # P(Binomial(n, target) >= k); log_pmf <= 0
     ok = np.flatnonzero(at_least <= 1.0 - confidence + 1e-12)
     return int(max(plain, ok[0] if len(ok) else n))
 

@@ -126,11 +126,11 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
     """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
 
     ``mined``, ``noisy`` and combined copies (``mined+noisy``) are built from the first
-    ``calibration.shift_groups`` groups and scored again; combined copies that keep only
-    low-overlap questions (``low_overlap+noisy``) are built from all of them, as they score only a
-    quarter or so of the groups. ``low_overlap`` is a subset of the calibration groups themselves:
-    with every answer labeled (the slice's labels) it takes their scores as they are, from all of
-    them.
+    ``calibration.shift_groups`` groups and scored again; slices that keep only low-overlap
+    questions (``low_overlap+noisy``, or ``low_overlap`` without every answer labeled) are built
+    from all of them, as they score only a quarter or so of the groups. With every answer labeled
+    (the slice's labels) ``low_overlap`` is a subset of the calibration groups themselves and
+    takes their scores as they are.
     """
     from pruner_model.shifts import build_slice, shares_few_words, slice_parts
 
