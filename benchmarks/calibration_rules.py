@@ -11,7 +11,10 @@ bins (a query's confidence is its best relevance-weighted sentence score; bins a
 calibration queries' confidence, each with its own threshold, the lowest that meets the target on
 every slice with at least 20 queries of that bin). K = 1 is one threshold: what ``pruner train``
 calibrates. ``--overlap-cuts`` also tries two bins by lexical overlap: the content words a query
-shares with its best-scoring sentence, at most the cut or more. The checkpoint's relative floor
+shares with its best-scoring sentence, at most the cut or more. ``--neighbor-weights`` also tries
+one threshold on propagated scores: each sentence's score raised to W times its best neighbour's
+in the same paragraph (an answer next to a sentence the model likes survives a higher
+threshold). The checkpoint's relative floor
 and relevance exponent are kept. Prints, per rule and choice slice, evidence kept / compression
 at the rule's threshold(s). Scores are cached (``--cache``) so that rules can be compared again
 without the encoder.
@@ -20,6 +23,7 @@ without the encoder.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pickle
 import sys
 from pathlib import Path
@@ -81,6 +85,29 @@ def top_overlap(records: list[dict], plan, seed: int, cfg, scores: dict) -> dict
     return out
 
 
+def paragraph_keys(records: list[dict], plan, seed: int, cfg) -> dict:
+    """``{(part, slice): [array]}``: per group, each unit's passage and paragraph as one key."""
+    return {
+        (part, name): [
+            np.array([i * 1_000_000 + u.paragraph for i, us in enumerate(g.units) for u in us], np.int64)
+            for g in slice_groups(records, name, a, b, seed, cfg)
+        ]
+        for part, name, a, b in plan
+    }
+
+
+def propagate(groups: list, keys: list, weight: float) -> list:
+    """Each unit's score raised to ``weight`` times its best neighbour's in the same paragraph."""
+    out = []
+    for g, k in zip(groups, keys, strict=True):
+        s, same = g.scores, k[1:] == k[:-1]
+        near = np.zeros_like(s)
+        near[1:] = np.where(same, s[:-1], 0.0)
+        near[:-1] = np.maximum(near[:-1], np.where(same, s[1:], 0.0))
+        out.append(dataclasses.replace(g, scores=np.maximum(s, weight * near)))
+    return out
+
+
 def confidence(g) -> float:
     return float(g.scores.max()) if len(g.scores) else 0.0
 
@@ -132,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also try two bins by the content words a query shares with its best sentence: <= cut or more (e.g. 0,1,2)",
     )
     ap.add_argument(
+        "--neighbor-weights",
+        default="",
+        help="also try one threshold on scores raised to W x the best neighbour's (e.g. 0.05,0.2)",
+    )
+    ap.add_argument(
         "--thresholds",
         default="",
         help="also judge these fixed thresholds (e.g. 0.007,0.005): the trade-off line",
@@ -167,11 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| calibration slices | bins | {' | '.join(SLICES)} | thresholds |")
     print("|---|---|" + "---|" * (len(SLICES) + 1))
 
-    def row(names, label, bins_of, nbins):
-        cal = {n: scores[("cal", n)] for n in names}
+    def row(names, label, bins_of, nbins, sc=scores):
+        cal = {n: sc[("cal", n)] for n in names}
         ts = fit(cal, {n: bins_of("cal", n) for n in names}, floor, aim, nbins)
         cells = [
-            "{:.3f} / {:.3f}".format(*judge(scores[("choice", s)], bins_of("choice", s), floor, ts))
+            "{:.3f} / {:.3f}".format(*judge(sc[("choice", s)], bins_of("choice", s), floor, ts))
             for s in SLICES
         ]
         print(f"| {', '.join(names)} | {label} | {' | '.join(cells)} | {', '.join(f'{t:.4f}' for t in ts)} |")
@@ -184,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             row(
                 names, f"overlap <= {cut}", lambda part, n, cut=cut: (overlap[(part, n)] > cut).astype(int), 2
             )
+    weights = [float(x) for x in args.neighbor_weights.split(",") if x]
+    keys = paragraph_keys(records, plan, args.seed, cfg) if weights else {}
+    for w in weights:
+        sc = {k: propagate(gs, keys[k], w) for k, gs in scores.items()}
+        one = lambda part, n, sc=sc: np.zeros(len(sc[(part, n)]), int)  # noqa: E731
+        row(("as_is", "noisy", "mined", "low_overlap"), f"neighbours x {w}", one, 1, sc)
     for t in (float(x) for x in args.thresholds.split(",") if x):
         cells = [
             "{:.3f} / {:.3f}".format(

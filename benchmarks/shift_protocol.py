@@ -1,6 +1,8 @@
 """Out-of-domain protocol: a checkpoint on nyt dev groups as they are and on the three shifted
 slices built from the same groups (pruner_model.shifts): compression at each evidence
-level, best sentence F1, and what the checkpoint's own threshold promised vs what it kept.
+level, best sentence F1, and what the checkpoint's own threshold promised vs what it kept (with
+the exact 95% interval of the share kept, and whether the promise was met, missed by more than
+chance, or missed within chance: pruner_model.metrics.promise_check).
 
     python3 benchmarks/shift_protocol.py --model runs/quickstart --start 6000 --groups 400 \
         --output reports/shift-quickstart.json
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                     "kept": at["evidence_preserved"] if sys_name == "pruner" else None,
                     "compression_at_threshold": at["compression"] if sys_name == "pruner" else None,
                 }
+                promise = at.get("promise") if sys_name == "pruner" else None
+                if promise:  # exact 95% interval of the share kept, and whether the promise holds
+                    row["kept_interval"], row["verdict"] = promise["interval"], promise["verdict"]
                 unc = rep["operating_point"].get("uncertain")
                 if sys_name == "pruner" and unc:
                     row["uncertain_share"] = unc["share_flagged"]
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 ).items():
                     alt = {**row, "system": f"{label} @ {extra}", "kept": m["evidence_preserved"]}
                     alt.update(compression_at_threshold=m["compression"], uncertain_share=None)
+                    alt.update(kept_interval=None, verdict=None)
                     rows.append(alt)
                     out["results"].setdefault(alt["system"], {})[sl] = alt
             print(f"{name} {sl}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             if r["kept"] is None
             else f"{r['promised']:.2f} → {r['kept']:.3f} ({r['compression_at_threshold']:.3f})"
         )
+        if r.get("kept_interval"):
+            kept += " [{:.3f}, {:.3f}] {}".format(*r["kept_interval"], r["verdict"])
         print(
             f"| {r['system']} | {r['slice']} | "
             + " | ".join(fmt(r[f"comp@{t}"]) for t in TARGETS)

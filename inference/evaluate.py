@@ -27,6 +27,7 @@ from pruner_model.metrics import (
     best_compression_at,
     calibrate_threshold,
     metrics_at,
+    promise_check,
     relative_groups,
     sweep,
 )
@@ -288,7 +289,11 @@ def evaluate(
             ]
     op = metrics_at(model_groups, threshold, keep_masks=masks[0] if pipeline else None)
     op["checkpoint_threshold"] = float(pruner.config.threshold)
-    op["at_checkpoint_threshold"] = metrics_at(model_groups, float(pruner.config.threshold))
+    op["at_checkpoint_threshold"] = at = metrics_at(model_groups, float(pruner.config.threshold))
+    n_evidence = sum(g.has_evidence for g in model_groups)
+    if n_evidence:  # the checkpoint's threshold was not fitted on these queries: test its promise
+        kept = round(at["evidence_preserved"] * n_evidence)
+        at["promise"] = promise_check(kept, n_evidence, float(pruner.config.target_evidence or target))
     op["at_thresholds"] = {name: metrics_at(model_groups, float(t)) for name, t in (thresholds or {}).items()}
     below = getattr(cfg, "uncertainty_threshold", None)
     if below is not None:  # queries flagged uncertain, and the checkpoint's threshold with keep_all for them
@@ -320,6 +325,30 @@ def evaluate(
                 }
             )
     return (report, systems) if return_groups else report
+
+
+_VERDICTS = {
+    "met": "the promise holds on these queries.",
+    "within chance": "under the promise but inside the interval: too few queries to tell a miss from luck.",
+    "missed": "the whole interval lies under the promise: the threshold does not keep it on these "
+    "queries (`--write-threshold` writes the recommended one into the checkpoint).",
+}
+
+
+def _promise_lines(op: dict) -> list[str]:
+    at = op["at_checkpoint_threshold"]
+    p = at.get("promise")
+    if p is None:
+        return []
+    lo, hi = p["interval"]
+    return [
+        "",
+        "## The checkpoint's own threshold\n",
+        f"At {op['checkpoint_threshold']:.4f} (promised evidence {p['target']}): kept {p['kept']} of "
+        f"{p['queries']} queries with evidence ({p['share']:.3f}; {p['level']:.0%} interval "
+        f"{lo:.3f}–{hi:.3f}), compression {at['compression']:.3f}. **{p['verdict']}**: "
+        + _VERDICTS[p["verdict"]],
+    ]
 
 
 def write_markdown(report: dict, path: Path) -> None:
@@ -372,6 +401,7 @@ def write_markdown(report: dict, path: Path) -> None:
         "latency_ms_mean",
     ):
         lines.append(f"| {k} | {op[k]:.3f} |")
+    lines += _promise_lines(op)
     if report.get("budgets"):
         lines += ["", "## Token budgets\n", "| budget | evidence preserved | compression |", "|---|---|---|"]
         lines += [

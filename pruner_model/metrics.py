@@ -190,12 +190,72 @@ def required_kept(n: int, target: float, confidence: float | None = None) -> int
     plain = min(max(int(np.ceil(target * n - 1e-9)), 1), n)
     if confidence is None or target >= 1.0:
         return plain
-    k = np.arange(n + 1)
-    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
-    log_pmf = log_fact[n] - log_fact[k] - log_fact[n - k] + k * np.log(target) + (n - k) * np.log1p(-target)
-    at_least = np.cumsum(np.exp(log_pmf)[::-1])[::-1]  # P(Binomial(n, target) >= k); log_pmf <= 0
+    at_least = np.cumsum(binomial_pmf(n, target)[::-1])[::-1]  # P(Binomial(n, target) >= k)
     ok = np.flatnonzero(at_least <= 1.0 - confidence + 1e-12)
     return int(max(plain, ok[0] if len(ok) else n))
+
+
+def binomial_pmf(n: int, p: float) -> np.ndarray:
+    """``P(Binomial(n, p) = k)`` for ``k = 0..n``, from log factorials (exact for any ``n``)."""
+    k = np.arange(n + 1)
+    if p <= 0.0 or p >= 1.0:
+        return (k == (0 if p <= 0.0 else n)).astype(np.float64)
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
+    return np.exp(log_fact[n] - log_fact[k] - log_fact[n - k] + k * np.log(p) + (n - k) * np.log1p(-p))
+
+
+def _increasing_root(f, lo: float = 0.0, hi: float = 1.0, steps: int = 60) -> float:
+    """The ``p`` in ``[lo, hi]`` where the increasing function ``f`` crosses zero (bisection)."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def kept_interval(kept: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided (Clopper-Pearson) interval for the share of *new* queries a threshold keeps,
+    from ``kept`` of ``n`` queries with evidence it kept on a held-out sample.
+
+    A report of 97 queries that keeps 88 (0.907) has the interval (0.831, 0.957): that sample
+    cannot tell a threshold that keeps 0.95 from one that keeps 0.85.
+
+    >>> [round(x, 3) for x in kept_interval(88, 97)]
+    [0.831, 0.957]
+    """
+    if not 0 <= kept <= n or n <= 0:
+        raise ValueError(f"kept must be in [0, n] with n >= 1, got kept={kept}, n={n}")
+    tail = (1.0 - level) / 2
+    lo = 0.0 if kept == 0 else _increasing_root(lambda p: binomial_pmf(n, p)[kept:].sum() - tail)
+    hi = 1.0 if kept == n else _increasing_root(lambda p: tail - binomial_pmf(n, p)[: kept + 1].sum())
+    return lo, hi
+
+
+def promise_check(kept: int, n: int, target: float, level: float = 0.95) -> dict:
+    """Whether keeping ``kept`` of ``n`` held-out queries is consistent with a promise of ``target``.
+
+    Returns ``target``, ``kept``, ``queries``, ``share``, the ``level`` interval (:func:`kept_interval`),
+    ``p_under_target`` (the chance that a threshold truly keeping ``target`` keeps this few or
+    fewer: ``P(Binomial(n, target) <= kept)``) and ``verdict``: share at or above the target:
+    ``"met"``, under it but inside the interval: ``"within chance"`` (the sample is
+    too small to tell), under the whole interval: ``"missed"`` (the promise does not hold on these
+    queries).
+
+    >>> promise_check(88, 97, 0.95)["verdict"], promise_check(430, 478, 0.95)["verdict"]
+    ('within chance', 'missed')
+    """
+    lo, hi = kept_interval(kept, n, level)
+    share = kept / n
+    verdict = "met" if share >= target else ("missed" if hi < target else "within chance")
+    return {
+        "target": float(target),
+        "kept": int(kept),
+        "queries": int(n),
+        "share": share,
+        "interval": [lo, hi],
+        "level": level,
+        "p_under_target": float(binomial_pmf(n, target)[: kept + 1].sum()),
+        "verdict": verdict,
+    }
 
 
 def calibrate_threshold(groups: list[ScoredGroup], target: float, confidence: float | None = None) -> float:

@@ -73,6 +73,11 @@ def test_cli_evaluate_writes_report_plot_and_threshold(tmp_path, tiny_checkpoint
     assert (out / "curve.png").stat().st_size > 10_000 and "| pruner |" in (out / "report.md").read_text()
     op = report["operating_point"]
     assert op["evidence_preserved"] == 1.0  # target 1.0 is always reachable
+    promise = op["at_checkpoint_threshold"]["promise"]  # the checkpoint's threshold, on held-out queries
+    assert promise["queries"] == 3 and promise["share"] == op["at_checkpoint_threshold"]["evidence_preserved"]
+    assert promise["interval"][0] <= promise["share"] <= promise["interval"][1]
+    assert "## The checkpoint's own threshold" in (out / "report.md").read_text()
+    assert f"kept {promise['kept']} of 3 queries with evidence" in (out / "report.md").read_text()
     keep_all = report["systems"]["keep_all"]["best_compression_at"]["0.99"]
     assert keep_all["compression"] == 0.0
     assert report["budgets"][1]["compression"] == pytest.approx(0.0)  # budget above everything keeps all
@@ -186,6 +191,10 @@ def test_shift_protocol_compares_two_checkpoints_on_the_same_queries(tmp_path, t
     printed = capsys.readouterr().out
     assert "Paired with ckpt" in printed and "| other | noisy |" in printed
     report = json.loads(out.read_text())
+    row = report["results"]["ckpt"]["as_is"]
+    lo, hi = row["kept_interval"]
+    assert lo <= row["kept"] <= hi and row["verdict"] in {"met", "within chance", "missed"}
+    assert f"[{lo:.3f}, {hi:.3f}] {row['verdict']}" in printed
     for sl in ("as_is", "noisy"):
         cmp = report["compare"]["other"][sl]["comp@0.90"]
         first, later = report["results"]["ckpt"][sl], report["results"]["other"][sl]

@@ -518,6 +518,31 @@ def test_required_kept_is_the_exact_binomial_bound():
     assert required_kept(20, 0.99, 0.9) == 20 and required_kept(0, 0.95, 0.9) == 0
 
 
+def test_kept_interval_is_the_exact_interval_and_the_promise_check_tells_a_miss_from_luck():
+    from scipy.stats import beta, binom
+
+    from pruner_model.metrics import kept_interval, promise_check
+
+    for k, n in [(88, 97), (454, 478), (3, 40), (199, 200)]:
+        lo, hi = kept_interval(k, n)  # Clopper-Pearson: quantiles of beta distributions
+        assert lo == pytest.approx(beta.ppf(0.025, k, n - k + 1), abs=1e-9)
+        assert hi == pytest.approx(beta.ppf(0.975, k + 1, n - k), abs=1e-9)
+    assert kept_interval(0, 10)[0] == 0.0 and kept_interval(10, 10)[1] == 1.0
+    assert kept_interval(10, 10)[0] == pytest.approx(0.025 ** (1 / 10))
+    for bad in [(5, 4), (-1, 4), (0, 0)]:
+        with pytest.raises(ValueError, match="kept must be in"):
+            kept_interval(*bad)
+    # 97 report queries keeping 0.907 cannot tell a 0.95 promise from a miss; 478 keeping 0.900 can
+    small, large = promise_check(88, 97, 0.95), promise_check(430, 478, 0.95)
+    assert (small["verdict"], large["verdict"], promise_check(96, 100, 0.95)["verdict"]) == (
+        "within chance",
+        "missed",
+        "met",
+    )
+    assert small["p_under_target"] == pytest.approx(binom.cdf(88, 97, 0.95))
+    assert large["p_under_target"] < 1e-4 and large["interval"][1] < 0.95 < small["interval"][1]
+
+
 def test_confidence_keeps_the_promise_on_new_queries():
     # Critical scores uniform on [0, 1]: a threshold t keeps 1 - t of new queries. Calibrated on
     # 200 queries for 0.95, the plain threshold keeps >= 0.95 of new ones about half the time;
