@@ -111,6 +111,9 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     card = (out / "README.md").read_text()
     assert card.startswith("---\n") and "base_model:" in card and f"{loaded.config.threshold:.4f}" in card
     assert "calibration groups and their noisy slices" in card
+    promise = saved["dev"]["promise"]  # the report group (held out) tests the calibrated promise
+    assert promise["queries"] == 1 and promise["kept"] == round(saved["dev"]["evidence_preserved"])
+    assert f"promise **{promise['verdict']}**" in card
     assert not (out / "checkpoints").exists() and (tmp_path / "run.trainer" / "last").is_dir()
     from pruner_model.inference import ContextPruner
 

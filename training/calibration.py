@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from pruner_model.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
+from pruner_model.metrics import promise_check
 
 from .config import TrainConfig
 from .evaluation import build_dev_set, dev_metrics, score_dev
@@ -199,6 +200,9 @@ def report(
     scored, auc = _score(model, tokenizer, groups, cfg.calibration.bf16)
     final = dev_metrics(scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
+    n_evidence = sum(g.has_evidence for g in scored)
+    if n_evidence:  # held-out queries: does the calibrated promise hold on them?
+        final["promise"] = promise_check(round(final["evidence_preserved"] * n_evidence), n_evidence, target)
     out = {"dev": final}
     if (mc.relative_floor is not None or mc.relevance_exponent) and absolute_threshold is not None:
         out["dev_absolute"] = dev_metrics(scored, auc, absolute_threshold, target)

@@ -92,6 +92,7 @@ dev groups that were not used to calibrate it:
 | metric | value |
 |---|---|
 {rows or "| (no report slice) | |"}
+{_promise(dev.get("promise"))}
 
 ## Intended use and limits
 
@@ -104,3 +105,13 @@ or a token budget.
     path = Path(output) / "README.md"
     path.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n\n" + body, encoding="utf-8")
     return path
+
+
+def _promise(p: dict | None) -> str:
+    if not p:
+        return ""
+    lo, hi = p["interval"]
+    return (
+        f"\nThe threshold kept every answer of {p['kept']} of these {p['queries']} queries with evidence "
+        f"({p['share']:.3f}; exact {p['level']:.0%} interval {lo:.3f}–{hi:.3f}): promise **{p['verdict']}**.\n"
+    )
