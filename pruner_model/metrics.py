@@ -233,12 +233,12 @@ def kept_interval(kept: int, n: int, level: float = 0.95) -> tuple[float, float]
 def promise_check(kept: int, n: int, target: float, level: float = 0.95) -> dict:
     """Whether keeping ``kept`` of ``n`` held-out queries is consistent with a promise of ``target``.
 
-    Returns ``target``, ``kept``, ``queries``, ``share``, the ``level`` interval (:func:`kept_interval`),
-    ``p_under_target`` (the chance that a threshold truly keeping ``target`` keeps this few or
-    fewer: ``P(Binomial(n, target) <= kept)``) and ``verdict``: share at or above the target:
-    ``"met"``, under it but inside the interval: ``"within chance"`` (the sample is
-    too small to tell), under the whole interval: ``"missed"`` (the promise does not hold on these
-    queries).
+    Returns ``target``, ``kept``, ``queries``, ``share``, the ``level`` ``interval``
+    (:func:`kept_interval`), ``p_under_target`` (the chance that a threshold truly keeping
+    ``target`` keeps this few or fewer: ``P(Binomial(n, target) <= kept)``) and ``verdict``:
+    ``"met"`` (the share is at or above the target), ``"within chance"`` (under it, but the
+    interval reaches it: the sample is too small to tell) or ``"missed"`` (the whole interval lies
+    under it: the promise does not hold on such queries).
 
     >>> promise_check(88, 97, 0.95)["verdict"], promise_check(430, 478, 0.95)["verdict"]
     ('within chance', 'missed')
