@@ -1,8 +1,8 @@
 """Out-of-domain protocol: a checkpoint on nyt dev groups as they are and on the three shifted
 slices built from the same groups (pruner_model.shifts): compression at each evidence
-level, best sentence F1, and what the checkpoint's own threshold promised vs what it kept (with
-the exact 95% interval of the share kept, and whether the promise was met, missed by more than
-chance, or missed within chance: pruner_model.metrics.promise_check).
+level, best sentence F1, and what the checkpoint's own threshold promised vs what it kept, with
+the exact 95% interval of the share kept and a verdict: met, within chance (under the target, the
+interval reaching it) or missed (pruner_model.metrics.promise_check).
 
     python3 benchmarks/shift_protocol.py --model runs/quickstart --start 6000 --groups 400 \
         --output reports/shift-quickstart.json
