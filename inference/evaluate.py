@@ -290,10 +290,9 @@ def evaluate(
     op = metrics_at(model_groups, threshold, keep_masks=masks[0] if pipeline else None)
     op["checkpoint_threshold"] = float(pruner.config.threshold)
     op["at_checkpoint_threshold"] = at = metrics_at(model_groups, float(pruner.config.threshold))
-    n_evidence = sum(g.has_evidence for g in model_groups)
-    if n_evidence:  # the checkpoint's threshold was not fitted on these queries: test its promise
-        kept = round(at["evidence_preserved"] * n_evidence)
-        at["promise"] = promise_check(kept, n_evidence, float(pruner.config.target_evidence or target))
+    if at["queries_with_evidence"]:  # the checkpoint's threshold was not fitted on these: test its promise
+        promised = float(pruner.config.target_evidence or target)
+        at["promise"] = promise_check(at["queries_preserved"], at["queries_with_evidence"], promised)
     op["at_thresholds"] = {name: metrics_at(model_groups, float(t)) for name, t in (thresholds or {}).items()}
     below = getattr(cfg, "uncertainty_threshold", None)
     if below is not None:  # queries flagged uncertain, and the checkpoint's threshold with keep_all for them

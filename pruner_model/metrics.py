@@ -97,6 +97,8 @@ def metrics_at(
         "f2": _fbeta(p, r, 2.0),
         "negative_tokens_kept": neg_out / neg_in if neg_in else float("nan"),
         "groups": len(groups),
+        "queries_with_evidence": with_evidence,
+        "queries_preserved": preserved,
     }
 
 

@@ -200,9 +200,8 @@ def report(
     scored, auc = _score(model, tokenizer, groups, cfg.calibration.bf16)
     final = dev_metrics(scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
-    n_evidence = sum(g.has_evidence for g in scored)
-    if n_evidence:  # held-out queries: does the calibrated promise hold on them?
-        final["promise"] = promise_check(round(final["evidence_preserved"] * n_evidence), n_evidence, target)
+    if final["queries_with_evidence"]:  # held-out queries: does the calibrated promise hold on them?
+        final["promise"] = promise_check(final["queries_preserved"], final["queries_with_evidence"], target)
     out = {"dev": final}
     if (mc.relative_floor is not None or mc.relevance_exponent) and absolute_threshold is not None:
         out["dev_absolute"] = dev_metrics(scored, auc, absolute_threshold, target)
