@@ -241,13 +241,14 @@ def main() -> int:
         onnx_dir = onnx_dir or tempfile.mkdtemp(prefix="pruner-onnx-")
         print(f"exporting to {onnx_dir} ...", file=sys.stderr)
         export_onnx(args.model, onnx_dir, quantize="int8")
+    from pruner_model.precision import cpu_has_bf16, machine_info
+
     results: dict = {
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "cpu": machine_info("cpu").to_dict(),
         "pairs": len(pairs),
         "runs": {},
     }
-    from pruner_model.inference.backends import cpu_has_bf16
-
     encoder = ContextPruner.from_pretrained(args.model, backend="torch", device="cpu").backend.model.encoder
     # the weights that take part in matrix products (embedding tables are lookups, not GEMMs)
     encoder_params = sum(m.weight.numel() for m in encoder.modules() if isinstance(m, torch.nn.Linear))

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+from pruner_model.precision import autocast_dtype, resolve_precision
+
 
 class Backend(Protocol):
     input_names: list[str]
@@ -20,17 +22,13 @@ class Backend(Protocol):
     def __call__(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU has native bf16 matrix instructions (AVX-512 BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 class TorchBackend:
-    """Runs a :class:`pruner_model.PrunerModel` in eval mode under ``torch.inference_mode``."""
+    """Runs a :class:`pruner_model.PrunerModel` in eval mode under ``torch.inference_mode``.
+
+    ``dtype``: ``None`` or ``"fp32"`` (the weights' precision), ``"auto"`` (bf16 where it is
+    native: a GPU with bf16, a CPU with AVX-512 BF16 or AMX; else fp32), ``"bf16"`` or ``"fp16"``
+    (GPU only) under autocast. bf16 on a CPU without native bf16 is refused: it would be emulated,
+    tens of times slower (:mod:`pruner_model.precision`)."""
 
     name = "torch"
 
@@ -41,15 +39,10 @@ class TorchBackend:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
-        if dtype not in (None, "bf16", "fp16"):
-            raise ValueError(f"dtype must be None, 'bf16' or 'fp16', got {dtype!r}")
-        if self.device.type == "cpu" and dtype == "fp16":
-            raise ValueError("dtype 'fp16' is for GPUs; on a CPU use 'bf16' (AVX-512 BF16 or AMX) or fp32")
-        if self.device.type == "cpu" and dtype == "bf16" and not cpu_has_bf16():
-            raise ValueError(
-                "dtype 'bf16' needs a CPU with AVX-512 BF16 or AMX; this one has neither (use fp32)"
-            )
-        self.dtype = dtype
+        if dtype not in (None, "auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"dtype must be None, 'auto', 'fp32', 'bf16' or 'fp16', got {dtype!r}")
+        self.precision = resolve_precision(dtype, self.device, purpose="inference")
+        self.dtype = autocast_dtype(self.precision)
         self.input_names = ["input_ids", "attention_mask", "token_type_ids"]
 
     @classmethod

@@ -47,6 +47,38 @@ def existing_model_dir(path: str) -> Path:
     return model_dir
 
 
+def add_precision_argument(p: argparse.ArgumentParser) -> None:
+    """``--dtype``: the torch encoder's precision (an ONNX folder has its own)."""
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default=None,
+        help="torch backend: the encoder's precision. auto = bf16 where it is native (a GPU with bf16, "
+        "a CPU with AVX-512 BF16 or AMX), else fp32; default fp32. bf16 is refused on a CPU without "
+        "native bf16 (emulated, tens of times slower), fp16 on any CPU",
+    )
+
+
+def load_pruner(model_dir: Path, args, **kwargs):
+    """``ContextPruner.from_pretrained`` with the CLI's backend and ``--dtype``; says on stderr
+    what ``--dtype`` resolved to on this machine."""
+    from pruner_model.precision import machine_info
+
+    from .pruner import ContextPruner
+
+    dtype = getattr(args, "dtype", None)
+    extra = {"dtype": dtype} if dtype else {}
+    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, **kwargs, **extra)
+    if dtype:
+        device = getattr(pruner.backend, "device", "cpu")
+        print(
+            f"precision: --dtype {dtype} -> {pruner.backend.name} {pruner.precision} "
+            f"on {machine_info(device).describe()}",
+            file=sys.stderr,
+        )
+    return pruner
+
+
 def _prune_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner prune",
@@ -69,6 +101,7 @@ def _prune_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16, help="batch mode: queries per encoder run")
     add_selection_arguments(p)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
+    add_precision_argument(p)
     p.add_argument("--format", choices=["text", "json", "html"], default="text")
     p.add_argument("--output", default=None, help="write here instead of stdout (batch mode: required)")
     return p
@@ -78,7 +111,6 @@ def _prune_file_main(args, overrides: dict) -> int:
     from pruner_model.records import parse_shard
 
     from .batch import prune_file
-    from .pruner import ContextPruner
 
     if args.query is not None or args.passages is not None:
         raise ValueError("--input (batch mode) replaces --query/--passages")
@@ -87,7 +119,7 @@ def _prune_file_main(args, overrides: dict) -> int:
     shard = parse_shard(args.shard)
     if not Path(args.input).is_file():
         raise FileNotFoundError(f"no such file: {args.input}")
-    pruner = ContextPruner.from_pretrained(existing_model_dir(args.model), backend=args.backend)
+    pruner = load_pruner(existing_model_dir(args.model), args)
     params = pruner.selection_params(**overrides)
     stats = prune_file(pruner, args.input, args.output, params, shard, args.batch_size)
     rate = stats.done / stats.seconds if stats.seconds else 0.0
@@ -110,10 +142,7 @@ def prune_main(argv: list[str] | None = None) -> int:
     if not args.query.strip():
         raise ValueError("--query is empty")
     passages = load_passages(args.passages)
-    model_dir = existing_model_dir(args.model)
-    from .pruner import ContextPruner
-
-    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend)
+    pruner = load_pruner(existing_model_dir(args.model), args)
     pruner.progress_above = 256  # long inputs show a progress bar
     result = pruner.prune(args.query, passages, **overrides)
     if args.format == "json":
@@ -222,12 +251,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the best available)")
-    p.add_argument(
-        "--dtype",
-        choices=["bf16", "fp16"],
-        default=None,
-        help="torch backend: run the encoder under autocast",
-    )
+    add_precision_argument(p)
     p.add_argument("--max-batch", type=int, default=32, help="queries per encoder micro-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for more requests this long")
     p.add_argument("--max-body-bytes", type=int, default=2_000_000)
@@ -269,13 +293,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     model_dir = existing_model_dir(args.model)
     import uvicorn
 
-    from .pruner import ContextPruner
     from .server import ServerLimits, create_app
 
-    extra = {"dtype": args.dtype} if args.dtype else {}
-    pruner = ContextPruner.from_pretrained(
-        model_dir, backend=args.backend, device=args.device, quantized=args.quantized, **extra
-    )
+    pruner = load_pruner(model_dir, args, device=args.device, quantized=args.quantized)
     limits = ServerLimits(
         max_body_bytes=args.max_body_bytes,
         max_passages=args.max_passages,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cli import existing_model_dir
+from .cli import add_precision_argument, existing_model_dir, load_pruner
 
 
 def _evaluate_parser() -> argparse.ArgumentParser:
@@ -53,9 +53,7 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
-    p.add_argument(
-        "--dtype", choices=["bf16"], default=None, help="torch backend: the encoder under bf16 autocast"
-    )
+    add_precision_argument(p)
     p.add_argument(
         "--write-threshold", action="store_true", help="store the recommended threshold in the model"
     )
@@ -91,7 +89,6 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
     from tqdm.auto import tqdm
 
-    from .pruner import ContextPruner
 
     max_groups = args.max_groups or None
     if args.slice is not None:
@@ -102,8 +99,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         keep = slice_ids((group_of(r) for r in records), args.seed, args.start, stop)
         records = build_slice(args.slice, records, args.seed, keep)
         max_groups, args.start = None, 0
-    extra = {"dtype": args.dtype} if args.dtype else {}
-    pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, quantized=args.quantized, **extra)
+    pruner = load_pruner(model_dir, args, quantized=args.quantized)
     report = evaluate(
         pruner,
         records,
@@ -116,6 +112,13 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         confidence=args.confidence,
         progress_factory=lambda n, desc: tqdm(total=n, desc=desc, unit="query"),
     )
+    from pruner_model.precision import machine_info
+
+    report["encoder"] = {
+        "backend": pruner.backend.name,
+        "precision": pruner.precision,
+        "machine": machine_info(getattr(pruner.backend, "device", "cpu")).to_dict(),
+    }
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "report.json", report)

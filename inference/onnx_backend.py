@@ -51,6 +51,7 @@ class OnnxBackend:
         self.session = ort.InferenceSession(str(model_path), sess_options=opts, providers=self.providers)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.model_path = Path(model_path)
+        self.precision = "int8" if self.model_path.name.endswith(".int8.onnx") else "fp32"
 
     @classmethod
     def from_pretrained(

@@ -51,6 +51,11 @@ class ContextPruner:
         self.batch_size = batch_size
         self.progress_above: int | None = None  # show a bar when one call scores more windows
 
+    @property
+    def precision(self) -> str:
+        """What the encoder runs in: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"`` (ONNX)."""
+        return getattr(self.backend, "precision", "fp32")
+
     @classmethod
     def from_pretrained(
         cls,
@@ -70,7 +75,8 @@ class ContextPruner:
                 ``"torch"`` or ``"onnx"``.
             device: ``"cpu"``, ``"cuda"`` or None for the best available.
             batch_size: windows per encoder call.
-            **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype="bf16"`` (torch), ...
+            **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype="auto"`` (torch: bf16
+                where it is native, else fp32; or ``"bf16"``, ``"fp32"``), ...
 
         Raises:
             FileNotFoundError: no checkpoint there.
@@ -96,7 +102,7 @@ class ContextPruner:
         elif backend == "onnx":
             from .onnx_backend import OnnxBackend
 
-            if backend_kwargs.pop("dtype", None):
+            if backend_kwargs.pop("dtype", None) not in (None, "auto", "fp32"):
                 raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
             impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
             if backend_kwargs.get("quantized") and config.int8_threshold is not None:

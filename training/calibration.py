@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from pruner_model.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
 from pruner_model.metrics import promise_check
+from pruner_model.precision import Precision, resolve_precision
 
 from .config import TrainConfig
 from .evaluation import build_dev_set, dev_metrics, score_dev
@@ -26,10 +27,17 @@ def log(msg: str) -> None:
     tqdm.write(msg, file=sys.stderr)
 
 
-def _score(model, tokenizer, groups: list[LabeledGroup], bf16: bool = False):
+def calibration_precision(model, cfg: TrainConfig) -> Precision:
+    """The precision the calibration and report groups are scored in (``calibration.bf16``:
+    auto = bf16 where it is native on the model's device, else fp32)."""
+    requested = {"yes": "bf16", "no": "fp32"}.get(cfg.calibration.bf16, cfg.calibration.bf16)
+    return resolve_precision(requested, next(model.parameters()).device, purpose="training")
+
+
+def _score(model, tokenizer, groups: list[LabeledGroup], precision: Precision = "fp32"):
     mc = model.config
     dev = build_dev_set(groups, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
-    return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0, bf16=bf16)
+    return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0, bf16=precision == "bf16")
 
 
 def _slice(
@@ -62,8 +70,9 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     if not groups:
         return None
     mc = model.config
-    scored, auc = _score(model, tokenizer, groups, c.bf16)
-    shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored)
+    precision = calibration_precision(model, cfg)
+    scored, auc = _score(model, tokenizer, groups, precision)
+    shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]
@@ -87,6 +96,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         absolute_threshold=chosen["candidates"][0]["threshold"],
         calibrated_for=aim,
         confidence=c.confidence,
+        precision=precision,
         candidates=chosen["candidates"],
     )
     if per_slice:
@@ -108,7 +118,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
             log("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
         log(
             f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
-            f"(evidence target {c.target_evidence}{margin})"
+            f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
         )
     return metrics
 
@@ -123,7 +133,9 @@ def _uncertainty_threshold(groups, exponent: float, share: float) -> float | Non
     return float(np.quantile(best, share))
 
 
-def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, scored) -> dict:
+def _score_shifts(
+    model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, scored, precision: Precision = "fp32"
+) -> dict:
     """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
 
     ``mined``, ``noisy`` and combined copies (``mined+noisy``) are built from the first
@@ -152,7 +164,7 @@ def _score_shifts(model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, s
         records = build_slice(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if copies:
-            out[name] = _score(model, tokenizer, copies, c.bf16)[0]
+            out[name] = _score(model, tokenizer, copies, precision)[0]
     return out
 
 
@@ -197,9 +209,11 @@ def report(
     if not groups:
         return {}
     target = cfg.calibration.target_evidence
-    scored, auc = _score(model, tokenizer, groups, cfg.calibration.bf16)
+    precision = calibration_precision(model, cfg)
+    scored, auc = _score(model, tokenizer, groups, precision)
     final = dev_metrics(scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
+    final["precision"] = precision
     if final["queries_with_evidence"]:  # held-out queries: does the calibrated promise hold on them?
         final["promise"] = promise_check(final["queries_preserved"], final["queries_with_evidence"], target)
     out = {"dev": final}

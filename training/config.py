@@ -79,7 +79,9 @@ class TrainSection:
     warmup_ratio: float = 0.06
     scheduler: Literal["linear", "cosine", "constant"] = "linear"
     max_grad_norm: float = 1.0
-    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = "auto"  # auto: bf16 on GPU, else no
+    # auto: bf16 where it is native (a GPU with bf16, a CPU with AVX-512 BF16 or AMX), else fp32;
+    # forcing bf16 on a CPU without it warns: emulated bf16 is tens of times slower (precision.py)
+    mixed_precision: Literal["auto", "no", "fp32", "bf16", "fp16"] = "auto"
     seed: int = 42
     eval_every: int = 200  # steps between dev evaluations (0 = only at the end)
     save_every: int = 200  # steps between resumable checkpoints
@@ -142,11 +144,16 @@ class CalibrationSection:
     # standard a question is judged by when several people marked its answer. Records without
     # meta.answers keep their relevant_spans either way
     every_answer: bool = True
-    # score the calibration and report groups under bf16 autocast (about twice as fast on CPUs with
-    # AVX-512 BF16 or AMX; thresholds match fp32 inference, docs/results.md); off: fp32
-    bf16: bool = False
+    # score the calibration and report groups under bf16 autocast (about twice as fast where bf16
+    # is native; thresholds match fp32 inference, docs/results.md). auto: where bf16 is native
+    # (the same choice as train.mixed_precision: auto); yes / no (true / false): always / never
+    bf16: Literal["auto", "yes", "no"] = "auto"
 
     def __post_init__(self) -> None:
+        if isinstance(self.bf16, bool):  # the Python API's CalibrationSection(bf16=True)
+            self.bf16 = "yes" if self.bf16 else "no"
+        if self.bf16 not in ("auto", "yes", "no"):
+            raise ConfigError(f"calibration.bf16 must be auto, yes or no, got {self.bf16!r}")
         if not 0.0 <= self.uncertain_share < 1.0:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
         if self.shift_groups is not None and self.shift_groups < 1:

@@ -82,6 +82,7 @@ print(result.text, result.stats.compression)
 - training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans)
 - max length {config.max_length} tokens, stride {config.stride}; sentence ranking loss weight
   {cfg.model.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`
+{_precision(metrics.get("precision"))}
 
 ## Operating point
 
@@ -105,6 +106,17 @@ or a token budget.
     path = Path(output) / "README.md"
     path.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n\n" + body, encoding="utf-8")
     return path
+
+
+def _precision(p: dict | None) -> str:
+    if not p:
+        return ""
+    m = p.get("machine", {})
+    where = f"GPU {m['gpu']}" if m.get("gpu") else f"a {m.get('cpu_class', '?')} CPU"
+    return (
+        f"- precision: trained in {p['training']}, calibrated and reported in {p['calibration']}, on "
+        f"{where} (torch CPU capability {m.get('cpu_capability', '?')})"
+    )
 
 
 def _promise(p: dict | None) -> str:

@@ -28,11 +28,12 @@ from tqdm.auto import tqdm
 from pruner_model import PrunerModel
 from pruner_model.groups import load_slice
 from pruner_model.memory import fix_mmap_threshold
+from pruner_model.precision import machine_info, resolve_precision
 from pruner_model.records import write_json
 
 from .averaging import FILE as AVERAGE_FILE
 from .averaging import WeightAverage
-from .calibration import calibrate, report
+from .calibration import calibrate, calibration_precision, report
 from .checkpoints import recover, save_checkpoint, swap_in
 from .config import TrainConfig
 from .data import (
@@ -57,6 +58,17 @@ class TrainingDiverged(RuntimeError):
 
 def log(msg: str) -> None:
     tqdm.write(msg, file=sys.stderr)
+
+
+def _forget_other_precision(mixed_precision: str) -> None:
+    """accelerate keeps one process-wide state and refuses a second ``Accelerator`` with another
+    mixed precision; a second run in the same process (a notebook, a test) may choose another.
+    Only the precision part is dropped: the process group of a distributed launch stays."""
+    from accelerate.state import AcceleratorState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") not in (None, mixed_precision):
+        AcceleratorState._reset_state(reset_partial_state=False)
 
 
 def state_dir_of(output: str | Path) -> Path:
@@ -96,13 +108,17 @@ class Trainer:
         if t.threads:
             torch.set_num_threads(t.threads)
         fix_mmap_threshold(t.malloc_mmap_threshold)
-        mp = t.mixed_precision
-        if mp == "auto":
-            mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-        self.mixed_precision = mp
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        # auto: bf16 where it is native (GPU with bf16, CPU with AVX-512 BF16 or AMX), else fp32
+        self.precision = resolve_precision(t.mixed_precision, device, purpose="training")
+        self.machine = machine_info(device)
+        mixed = "no" if self.precision == "fp32" else self.precision
+        _forget_other_precision(mixed)
         # no GPU: CPU processes (gloo) when launched as several, e.g. by accelerate launch / torchrun
         self.accelerator = Accelerator(
-            mixed_precision=mp, gradient_accumulation_steps=t.grad_accum, cpu=not torch.cuda.is_available()
+            mixed_precision=mixed,
+            gradient_accumulation_steps=t.grad_accum,
+            cpu=device == "cpu",
         )
         set_seed(t.seed)
         for folder in (self.state_dir, self.best_dir):
@@ -185,6 +201,10 @@ class Trainer:
             else None
         )
         if not self.quiet and self.is_main:
+            log(
+                f"precision: {self.precision} (train.mixed_precision: {self.cfg.train.mixed_precision}) "
+                f"on {self.machine.describe()}, torch CPU capability {self.machine.cpu_capability}"
+            )
             log(train_report.line("train"))
             log(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
 
@@ -253,7 +273,7 @@ class Trainer:
             self.unwrapped,
             self.dev,
             pad_id=self.tokenizer.pad_token_id or 0,
-            bf16=self.mixed_precision == "bf16",
+            bf16=self.precision == "bf16",
         )
         m = dev_metrics(groups, auc, mc.threshold, self.cfg.calibration.target_evidence)
         m["step"] = state["step"]
@@ -387,6 +407,11 @@ class Trainer:
             "best_step": self.state.get("best_step"),
             "best_metric": self.cfg.train.best_metric,
             "history": self.state.get("history", []),
+            "precision": {
+                "training": self.precision,
+                "calibration": calibration_precision(model, self.cfg),
+                "machine": self.machine.to_dict(),
+            },
         }
         cal = calibrate(model, self.tokenizer, self.cfg, self.dev_records, quiet=self.quiet)
         if cal is not None:
