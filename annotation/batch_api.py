@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pruner_model.records import atomic_open, repair_jsonl
+from pruner_model.records import atomic_open, resumable_output, usage_count
 
 from .llm import Annotator, alone
 from .prompt import InvalidAnswer, PromptPassage, build_messages, parse_answer, request_key
@@ -145,8 +145,8 @@ class BatchLabeler:
                 msg = err.get("message") if isinstance(err, dict) else str(err)
                 failed[key] = f"batch request failed: {str(msg or 'no answer')[:200]}"
                 continue
-            usage = body.get("usage") or {}
-            pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+            usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+            pt, ct = usage_count(usage.get("prompt_tokens")), usage_count(usage.get("completion_tokens"))
             cost = (pt / 1e6 * s.price_prompt + ct / 1e6 * s.price_completion) * self.price_factor
             self.a.acc.add(prompt_tokens=pt, completion_tokens=ct, estimated_cost=cost)
             choices = body.get("choices") or [{}]
@@ -161,17 +161,22 @@ class BatchLabeler:
         return failed
 
     # ------------------------------------------------------------------ a whole run
-    def run(self, groups: list[dict], output: Path, rejects: Path, progress=None):
+    def run(self, groups: list[dict], output: Path, rejects: Path, progress=None, inputs=()):
         """Label ``groups`` into ``output`` through one batch; returns the accounting.
+        ``inputs``: the files the groups came from (never written to).
 
         Raises:
             BatchFailed: the batch ended without any result file (the state file is removed, so
                 the next run submits again).
         """
         output, rejects = Path(output), Path(rejects)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        repair_jsonl(output)
-        repair_jsonl(rejects)
+        with (
+            resumable_output(output, inputs, "pruner annotate"),
+            resumable_output(rejects, inputs, "pruner annotate"),
+        ):
+            return self._run(groups, output, rejects, progress)
+
+    def _run(self, groups: list[dict], output: Path, rejects: Path, progress):
         state_path = output.with_name(output.name + ".batch.json")
         todo = drop_partial_groups(groups, output)
         self.a.acc.add(groups_skipped=len(groups) - len(todo))

@@ -209,7 +209,7 @@ def annotate_main(argv: list[str] | None = None) -> int:
 
     from tqdm.auto import tqdm
 
-    from pruner_model.records import parse_shard, read_jsonl, shard_of
+    from pruner_model.records import canonical_id, check_unique_ids, parse_shard, read_jsonl, shard_of
 
     from .batch_api import BatchFailed, BatchLabeler
     from .llm import Annotator, AnnotatorSettings, EndpointDown, compare_with_gold
@@ -223,16 +223,24 @@ def annotate_main(argv: list[str] | None = None) -> int:
         if not args.model:
             raise ValueError("--model is required (or set OPENAI_MODEL)")
         groups = read_jsonl(args.input)
+        ids = []
         for i, g in enumerate(groups, 1):
+            where = f"{args.input}:{i}"
             if (
                 not isinstance(g.get("query"), str)
                 or not isinstance(g.get("passages"), list)
                 or "id" not in g
             ):
-                raise ValueError(f"{args.input}:{i}: expected {{id, query, passages}}")
-            for p in g["passages"]:
+                raise ValueError(f"{where}: expected {{id, query, passages}}")
+            ids.append((canonical_id(g["id"], where), f"line {i}"))
+            for j, p in enumerate(g["passages"]):
                 if not isinstance(p, dict) or not isinstance(p.get("text"), str):
-                    raise ValueError(f"{args.input}:{i}: a passage lacks a 'text' string")
+                    raise ValueError(f"{where}: a passage lacks a 'text' string")
+                if p.get("title") is not None and not isinstance(p["title"], str):
+                    raise ValueError(f"{where}: passage {j} title must be a string")
+                if "id" in p:
+                    canonical_id(p["id"], f"{where}: passage {j}")
+        check_unique_ids(ids)  # a resume keys groups by id: a repeated one would never be labeled
         if args.limit is not None:
             groups = groups[: args.limit]
         k, n = parse_shard(args.shard)
@@ -245,7 +253,7 @@ def annotate_main(argv: list[str] | None = None) -> int:
         settings = AnnotatorSettings(
             model=args.model,
             base_url=args.base_url,
-            api_key=os.environ.get(args.api_key_env),
+            api_key=os.environ.get(args.api_key_env, ""),  # unset: no key, never another variable's
             concurrency=args.concurrency,
             timeout=args.timeout,
             max_retries=args.max_retries,
@@ -267,9 +275,9 @@ def annotate_main(argv: list[str] | None = None) -> int:
                     labeler = BatchLabeler(
                         annotator, args.batch_poll_interval, args.batch_price_factor, wait=not args.no_wait
                     )
-                    acc = labeler.run(groups, out, rejects, progress=bar)
+                    acc = labeler.run(groups, out, rejects, progress=bar, inputs=[args.input])
                 else:
-                    acc = annotator.run(groups, out, rejects, progress=bar)
+                    acc = annotator.run(groups, out, rejects, progress=bar, inputs=[args.input])
         except (EndpointDown, BatchFailed) as exc:
             write_json(out.with_name(out.name + ".stats.json"), {"accounting": annotator.acc.to_dict()})
             print(f"error: {exc}", file=sys.stderr)

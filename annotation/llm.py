@@ -18,12 +18,12 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from pruner_model.records import repair_jsonl
+from pruner_model.records import resumable_output, usage_count
 
 from .agreement import compare_with_gold  # noqa: F401  (re-exported: part of this module's API)
 from .prompt import (
@@ -43,7 +43,7 @@ from .resume import drop_partial_groups, read_jsonl_lenient
 class AnnotatorSettings:
     model: str
     base_url: str | None = None
-    api_key: str | None = None  # never logged; default from OPENAI_API_KEY
+    api_key: str | None = None  # never logged; None: from OPENAI_API_KEY; "": send no key
     concurrency: int = 4  # requests in flight
     timeout: float = 60.0  # seconds per request
     max_retries: int = 5  # transport retries (429, 5xx, timeouts, connection errors) per request
@@ -119,7 +119,12 @@ class Annotator:
 
             client = OpenAI(
                 base_url=settings.base_url or os.environ.get("OPENAI_BASE_URL"),
-                api_key=settings.api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+                # only the key the caller named: "" (its variable unset) never falls back to
+                # OPENAI_API_KEY, which would send that key to a custom endpoint
+                api_key=(
+                    settings.api_key if settings.api_key is not None else os.environ.get("OPENAI_API_KEY")
+                )
+                or "not-needed",
                 timeout=settings.timeout,
                 max_retries=0,  # retries are ours: bounded, with backoff and Retry-After
             )
@@ -215,7 +220,8 @@ class Annotator:
                 self._answers += 1
             usage = getattr(resp, "usage", None)
             if usage is not None:
-                pt, ct = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+                pt = usage_count(getattr(usage, "prompt_tokens", 0))
+                ct = usage_count(getattr(usage, "completion_tokens", 0))
                 cost = pt / 1e6 * self.s.price_prompt + ct / 1e6 * self.s.price_completion
                 self.acc.add(prompt_tokens=pt, completion_tokens=ct, estimated_cost=cost)
             choices = getattr(resp, "choices", None) or []
@@ -309,7 +315,12 @@ class Annotator:
 
     # ------------------------------------------------------------------ cache
     def open_cache(self, path: Path) -> None:
-        repair_jsonl(path)
+        path = Path(path)
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb+") as fh:  # a crash mid-line: end it, never cut (it is skipped)
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
         for obj in read_jsonl_lenient(path):
             if isinstance(obj.get("key"), str) and isinstance(obj.get("content"), str):
                 self.cache[obj["key"]] = obj["content"]
@@ -324,8 +335,11 @@ class Annotator:
                 self._cache_fh.flush()
 
     # ------------------------------------------------------------------ a whole run
-    def run(self, groups: list[dict], output: Path, rejects: Path, progress=None) -> Accounting:
+    def run(
+        self, groups: list[dict], output: Path, rejects: Path, progress=None, inputs: Sequence[Path] = ()
+    ) -> Accounting:
         """Label ``groups`` into ``output`` (appending, resumable); failures go to ``rejects``.
+        ``inputs``: the files the groups came from (never written to).
 
         A group counts as done only when a record of every one of its passages is in ``output``
         (matched by ``meta.group`` and passage id, never parsed out of the record id); a partly
@@ -337,9 +351,13 @@ class Annotator:
                 against a restarted endpoint labels each remaining group exactly once.
         """
         output, rejects = Path(output), Path(rejects)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        repair_jsonl(output)
-        repair_jsonl(rejects)
+        with (
+            resumable_output(output, inputs, "pruner annotate"),
+            resumable_output(rejects, inputs, "pruner annotate"),
+        ):
+            return self._run(groups, output, rejects, progress)
+
+    def _run(self, groups: list[dict], output: Path, rejects: Path, progress) -> Accounting:
         todo = drop_partial_groups(groups, output)
         self.acc.add(groups_skipped=len(groups) - len(todo))
         t0 = time.perf_counter()

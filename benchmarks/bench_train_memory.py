@@ -75,15 +75,19 @@ def _step(log: Path) -> int | None:
 
 
 def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
-    """The training loop alone (bundled MiniLM, bf16 autocast, AdamW, random windows): RSS every
-    20 steps, with batch shapes that change every step (60-256 tokens) or one fixed shape."""
+    """The training loop alone (bundled MiniLM, AdamW, random windows, bf16 autocast where it is
+    native): RSS every 20 steps, with batch shapes that change every step (60-256 tokens) or one
+    fixed shape."""
     import torch
     from pruner_model.training.config import load_config
     from pruner_model.training.model_setup import build_model
 
     from pruner_model.memory import fix_mmap_threshold
+    from pruner_model.precision import resolve_precision
 
     fix_mmap_threshold(threshold)
+    bf16 = resolve_precision("auto", "cpu") == "bf16"
+    print(f"  precision: {'bf16' if bf16 else 'fp32'}", flush=True)
     torch.manual_seed(0)
     model, _ = build_model(load_config(None))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -92,7 +96,7 @@ def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
     for step in range(1, steps + 1):
         n = 160 if fixed_length else int(torch.randint(60, 257, (1,), generator=g))
         ids = torch.randint(1000, 20000, (16, n), generator=g)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = model(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),

@@ -60,6 +60,7 @@ def score_slices(
     from pruner_model import ContextPruner
 
     pruner = ContextPruner.from_pretrained(model, **({"dtype": dtype} if dtype else {}))
+    print(f"scoring in {pruner.precision} (--dtype {dtype})", file=sys.stderr)
     out = {}
     for part, name, a, b in plan:
         groups = slice_groups(records, name, a, b, seed, pruner.config)
@@ -169,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also judge these fixed thresholds (e.g. 0.007,0.005): the trade-off line",
     )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dtype", choices=["bf16"], default="bf16", help="encoder precision for scoring")
+    ap.add_argument(
+        "--dtype",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="encoder precision for scoring (auto: bf16 where it is native, else fp32)",
+    )
     ap.add_argument("--cache", default=None, help="pickle of the scores: read if present, else written")
     args = ap.parse_args(argv)
     if not (Path(args.model) / "config.json").is_file():

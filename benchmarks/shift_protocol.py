@@ -60,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="compare each later --model with the first on N paired resamples of the queries",
     )
-    ap.add_argument("--dtype", default=None, help="torch checkpoints: score in this dtype, e.g. bf16")
+    ap.add_argument(
+        "--dtype",
+        choices=["auto", "fp32", "bf16"],
+        default=None,
+        help="torch checkpoints: score in this precision (auto: bf16 where it is native; default fp32)",
+    )
     ap.add_argument("--output", default=None, help="write all numbers here (JSON)")
     args = ap.parse_args(argv)
     if not args.model and not args.baselines:
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if model is None:
             ap.error("--baselines needs one --model for the token counts")
         pruner = ContextPruner.from_pretrained(model, **({"dtype": args.dtype} if args.dtype else {}))
+        print(f"{name}: {pruner.backend.name} {pruner.precision}", file=sys.stderr)
         target = args.target or pruner.config.target_evidence or 0.95
         for sl, recs in slices.items():
             t0 = time.perf_counter()

@@ -133,6 +133,8 @@ def _prune_file_main(args, overrides: dict) -> int:
 
 def prune_main(argv: list[str] | None = None) -> int:
     args = _prune_parser().parse_args(argv)
+    if args.output and Path(args.output).is_dir():
+        raise ValueError(f"--output {args.output} is a folder: give a file path")
     overrides = selection_overrides(args)
     SelectionParams().replace(**overrides)  # a bad setting fails before the model loads
     if args.input is not None:
@@ -240,6 +242,9 @@ def export_main(argv: list[str] | None = None) -> int:
 
 
 def _serve_parser() -> argparse.ArgumentParser:
+    from .server import ServerLimits
+
+    LIMITS = ServerLimits()  # noqa: N806  the defaults, written once there
     p = argparse.ArgumentParser(
         prog="pruner serve",
         description="Serve a checkpoint or ONNX folder over HTTP: POST /v1/prune, POST /v1/prune/batch, "
@@ -254,14 +259,36 @@ def _serve_parser() -> argparse.ArgumentParser:
     add_precision_argument(p)
     p.add_argument("--max-batch", type=int, default=32, help="queries per encoder micro-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for more requests this long")
-    p.add_argument("--max-body-bytes", type=int, default=2_000_000)
-    p.add_argument("--max-passages", type=int, default=64)
-    p.add_argument("--max-passage-chars", type=int, default=100_000)
+    p.add_argument("--max-body-bytes", type=int, default=LIMITS.max_body_bytes)
+    p.add_argument("--max-passages", type=int, default=LIMITS.max_passages)
+    p.add_argument("--max-passage-chars", type=int, default=LIMITS.max_passage_chars)
     p.add_argument(
-        "--max-request-tokens", type=int, default=60_000, help="passage tokens per request (413 above)"
+        "--max-request-tokens",
+        type=int,
+        default=LIMITS.max_request_tokens,
+        help="passage tokens per request (413 above)",
     )
-    p.add_argument("--deadline", type=float, default=30.0, help="seconds before a request gets a 504")
-    p.add_argument("--max-concurrency", type=int, default=64, help="open connections (503 above)")
+    p.add_argument(
+        "--deadline", type=float, default=LIMITS.deadline_s, help="seconds before a request gets a 504"
+    )
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=LIMITS.max_concurrency,
+        help="requests in progress at once (503 above; /health is not counted)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=LIMITS.max_connections,
+        help="open connections, idle ones included (503 above)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=LIMITS.header_timeout_s,
+        help="seconds a client has to send a request's headers before its connection is closed",
+    )
     p.add_argument(
         "--api-key-env",
         default="PRUNER_API_KEY",
@@ -285,14 +312,16 @@ def serve_main(argv: list[str] | None = None) -> int:
         "max_passage_chars",
         "max_request_tokens",
         "max_concurrency",
+        "max_connections",
     ):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    if not args.deadline > 0 or not args.max_wait_ms >= 0:
-        raise ValueError("--deadline must be > 0 and --max-wait-ms >= 0")
+    if not args.deadline > 0 or not args.max_wait_ms >= 0 or not args.header_timeout > 0:
+        raise ValueError("--deadline and --header-timeout must be > 0 and --max-wait-ms >= 0")
     model_dir = existing_model_dir(args.model)
     import uvicorn
 
+    from .http_protocol import protocol_with_header_timeout
     from .server import ServerLimits, create_app
 
     pruner = load_pruner(model_dir, args, device=args.device, quantized=args.quantized)
@@ -302,6 +331,9 @@ def serve_main(argv: list[str] | None = None) -> int:
         max_passage_chars=args.max_passage_chars,
         max_request_tokens=args.max_request_tokens,
         deadline_s=args.deadline,
+        header_timeout_s=args.header_timeout,
+        max_concurrency=args.max_concurrency,
+        max_connections=args.max_connections,
     )
     api_key = os.environ.get(args.api_key_env) or None
     app = create_app(  # runs the model self-check: a broken model fails here, with one line
@@ -322,7 +354,8 @@ def serve_main(argv: list[str] | None = None) -> int:
         port=args.port,
         log_level="warning",
         timeout_keep_alive=5,  # idle keep-alive connections are closed after 5 s
-        limit_concurrency=args.max_concurrency,
+        http=protocol_with_header_timeout(limits.header_timeout_s),  # slow or unfinished headers
+        limit_concurrency=limits.max_connections,  # requests in progress: create_app's own cap
         h11_max_incomplete_event_size=64 * 1024,  # headers larger than this are refused
     )
     return 0

@@ -89,7 +89,6 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
     from tqdm.auto import tqdm
 
-
     max_groups = args.max_groups or None
     if args.slice is not None:
         from pruner_model.groups import group_of, slice_ids
@@ -137,8 +136,15 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         from pruner_model import PrunerConfig
 
         cfg = PrunerConfig.from_pretrained(str(model_dir))
-        cfg.threshold = float(report["recommended_threshold"])
+        value = float(report["recommended_threshold"])
+        # the threshold was measured on this backend's scores: int8 scores get the int8 threshold
+        key = "int8_threshold" if pruner.precision == "int8" else "threshold"
+        setattr(cfg, key, value)
+        cfg.target_evidence = args.target_evidence  # the promise the written threshold keeps
         cfg.save_pretrained(str(model_dir))
-        print(f"wrote threshold {cfg.threshold:.4f} into {model_dir / 'config.json'}", file=sys.stderr)
+        print(
+            f"wrote {key} {value:.4f} (evidence target {args.target_evidence}) into {model_dir / 'config.json'}",
+            file=sys.stderr,
+        )
     print((out / "report.md").read_text(encoding="utf-8"))
     return 0

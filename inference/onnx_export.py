@@ -10,6 +10,9 @@ agrees with fp32 (must be >= 0.98).
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +112,9 @@ def _eager_attention(model) -> None:
         pass
 
 
+EXPORT_FILES = ("model.onnx", "export_report.json")  # what marks a folder as an export of ours
+
+
 def export_onnx(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -125,37 +131,106 @@ def export_onnx(
     quantization. With ``calibration_records`` (labeled records), the int8 model gets its own
     threshold, calibrated on ``calibration_groups`` of them to keep the evidence fp32 keeps at its
     threshold, and is judged by what users get (:func:`calibrate_int8`) instead of the keep/drop
-    agreement on fixed sentences. Raises :class:`ExportError` when validation fails (a failed int8
-    file is removed; the fp32 export stands).
+    agreement on fixed sentences.
+
+    The folder is built beside ``output_dir`` and swapped in whole: no file of an earlier export
+    survives (a stale ``model.int8.onnx`` would be served with the new config), and a failed
+    export leaves the earlier one as it was. An existing ``output_dir`` that is not an export
+    folder is refused, never replaced.
+
+    Raises:
+        ExportError: validation failed. fp32: nothing is replaced. int8: the export is published
+            without the int8 file (the fp32 export stands).
     """
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if not (model_dir / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no checkpoint (model.safetensors) in {model_dir}")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    if output_dir.exists() and (
+        not output_dir.is_dir()
+        or (any(output_dir.iterdir()) and not any((output_dir / f).is_file() for f in EXPORT_FILES))
+    ):
+        raise ExportError(
+            f"{output_dir} exists and is not an ONNX export folder: choose a new or empty --output"
+        )
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.export-", dir=output_dir.parent))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; a folder's usual mode
+        report = _export_into(
+            model_dir, staging, opset, quantize, validate, fuse, calibration_records, calibration_groups
+        )
+        if validate and not report["fp32_ok"]:
+            raise ExportError(
+                f"ONNX fp32 differs from torch by {report['fp32_max_abs_diff']:.2e} > {FP32_TOLERANCE}; "
+                f"{output_dir} not changed"
+            )
+        _swap_in(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if validate and quantize == "int8" and not report["int8_ok"]:
+        why = report.get("int8_refused") or (
+            f"int8 keep/drop agreement {report['int8_agreement']:.3f} < {INT8_MIN_AGREEMENT}"
+        )
+        raise ExportError(
+            f"{why}: int8 file not kept; the fp32 export in {output_dir} is valid (serve it without --quantized)"
+        )
+    return report
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _swap_in(staging: Path, output_dir: Path) -> None:
+    """Replace ``output_dir`` (if any) by ``staging`` with two renames on one file system."""
+    old = None
+    if output_dir.exists():
+        old = output_dir.with_name(f".{output_dir.name}.old-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(output_dir, old)
+    os.replace(staging, output_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _export_into(
+    model_dir: Path,
+    output_dir: Path,
+    opset: int,
+    quantize: str | None,
+    validate: bool,
+    fuse: bool,
+    calibration_records: list[dict] | None,
+    calibration_groups: int,
+) -> dict:
+    """Write the export into the (empty, staging) ``output_dir``; returns the report, which says
+    whether validation passed (``fp32_ok``, ``int8_ok``). A failed int8 file is removed."""
     import torch
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerModel
     from pruner_model.records import write_json
 
-    model_dir, output_dir = Path(model_dir), Path(output_dir)
-    if not (model_dir / "model.safetensors").is_file():
-        raise FileNotFoundError(f"no checkpoint (model.safetensors) in {model_dir}")
-    if quantize not in (None, "int8"):
-        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
     model = PrunerModel.from_pretrained(str(model_dir)).eval()
     if fuse:
         _eager_attention(model)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     input_names = list(tokenizer.model_input_names)
-    output_dir.mkdir(parents=True, exist_ok=True)
     batch = sample_inputs(tokenizer, model.config)
     args = tuple(torch.from_numpy(batch[n]) for n in input_names)
     onnx_path = output_dir / "model.onnx"
     dyn = {n: {0: "batch", 1: "sequence"} for n in input_names}
     dyn.update(token_logits={0: "batch", 1: "sequence"}, relevance_logits={0: "batch"})
     report: dict = {"opset": opset, "inputs": input_names, "files": ["model.onnx"]}
-    with atomic_path(onnx_path) as tmp_path, torch.no_grad():
+    with torch.no_grad():
         torch.onnx.export(
             _wrapper(model, input_names),
             args,
-            str(tmp_path),
+            str(onnx_path),
             input_names=input_names,
             output_names=["token_logits", "relevance_logits"],
             dynamic_axes=dyn,
@@ -163,12 +238,11 @@ def export_onnx(
             dynamo=False,
             do_constant_folding=True,
         )
-        report.update(fuse_graph(tmp_path, model.config.encoder_config) if fuse else {"fused": False})
+    report.update(fuse_graph(onnx_path, model.config.encoder_config) if fuse else {"fused": False})
     model.config.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     if quantize == "int8":
-        with atomic_path(output_dir / "model.int8.onnx") as int8_tmp:
-            quantize_int8(onnx_path, int8_tmp)
+        quantize_int8(onnx_path, output_dir / "model.int8.onnx")
         report["files"].append("model.int8.onnx")
         report["int8_per_channel"] = True
     if validate:
@@ -178,22 +252,11 @@ def export_onnx(
             report.update(
                 calibrate_int8(output_dir, tokenizer, model.config, calibration_records, calibration_groups)
             )
-    int8_failed = validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]
-    if int8_failed:  # an int8 file that failed its check is not left where a server would load it
+    if validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]:
+        # an int8 file that failed its check is not left where a server would load it
         (output_dir / "model.int8.onnx").unlink(missing_ok=True)
         report["files"].remove("model.int8.onnx")
     write_json(output_dir / "export_report.json", report)
-    if validate and not report["fp32_ok"]:
-        raise ExportError(
-            f"ONNX fp32 differs from torch by {report['fp32_max_abs_diff']:.2e} > {FP32_TOLERANCE}"
-        )
-    if int8_failed:
-        why = report.get("int8_refused") or (
-            f"int8 keep/drop agreement {report['int8_agreement']:.3f} < {INT8_MIN_AGREEMENT}"
-        )
-        raise ExportError(
-            f"{why}: int8 file not kept; the fp32 export in {output_dir} is valid (serve it without --quantized)"
-        )
     return report
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from pruner_model import PrunerConfig, segment
 from pruner_model.alignment import unit_bounds
+from pruner_model.configuration import check_fits
 from pruner_model.metrics import relevance_weighted
 from pruner_model.scoring import PairScores, score_pairs
 
@@ -32,6 +33,24 @@ from .results import (
 from .selection import SelectionParams, Units, merge_spans, select, uncertainty
 
 _DEFAULT_PARAMS = SelectionParams()  # frozen: shared by every call that passes no params
+
+
+def _load_config(path: Path) -> PrunerConfig:
+    try:
+        return PrunerConfig.from_pretrained(str(path))
+    except (ValueError, TypeError, OSError) as exc:  # json errors are ValueErrors
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path / 'config.json'}: not a usable pruner config ({msg})") from None
+
+
+def _load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (ValueError, TypeError, OSError) as exc:  # a broken or dangling tokenizer.json
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: the tokenizer files cannot be read ({msg})") from None
 
 
 class ContextPruner:
@@ -81,13 +100,12 @@ class ContextPruner:
         Raises:
             FileNotFoundError: no checkpoint there.
         """
-        from transformers import AutoTokenizer
-
         path = resolve_model_path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no pruner checkpoint at {path} (config.json missing)")
-        config = PrunerConfig.from_pretrained(str(path))
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        config = _load_config(path)
+        tokenizer = _load_tokenizer(path)
+        check_fits(config, tokenizer, str(path))
         if backend == "auto":
             backend = "onnx" if is_onnx_folder(path) else "torch"
         if backend == "torch":
@@ -277,12 +295,20 @@ class ContextPruner:
             elif isinstance(p, Mapping):
                 if not isinstance(p.get("text"), str):
                     raise ValueError(f"passage {i} has no 'text' string")
-                pid, title, text = str(p.get("id", i)), p.get("title"), p["text"]
+                pid, title, text = p.get("id", i), p.get("title"), p["text"]
+                if isinstance(pid, bool) or not isinstance(pid, str | int):
+                    raise TypeError(
+                        f"passage {i} id must be a string or an integer, got {type(pid).__name__}"
+                    )
+                if title is not None and not isinstance(title, str):
+                    raise TypeError(f"passage {i} title must be a string, got {type(title).__name__}")
+                pid = str(pid)
+                _check_text(pid, f"passage {i} id")
             else:
                 raise TypeError(f"passage {i} must be a string or a dict with 'text'")
             _check_text(text, f"passage {i}")
             if title is not None:
-                _check_text(str(title), f"passage {i} title")
+                _check_text(title, f"passage {i} title")
             units = segment(text, self.config.segmenter_language, self.config.segmenter_structure)
             out.append(_Passage(pid, title, text, units))
         return out

@@ -12,12 +12,14 @@ import dataclasses
 import math
 import numbers
 import re
+import time
 import typing
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
+import regex
 
 from pruner_model.metrics import check_relative_floor, relative_scores
 
@@ -148,6 +150,9 @@ def _knob(default, help: str, ge: float | None = None, le: float | None = None):
 
 MAX_MUST_KEEP = 16  # patterns per request
 MAX_PATTERN_CHARS = 200
+# seconds that one prune call's must_keep patterns may run over all its units together: a pattern
+# that backtracks catastrophically ((a+)+$) is stopped there with a clear error, not left to hang
+MUST_KEEP_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,10 @@ class SelectionParams:
     )
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # 'none' (as the help and the CLI spell it) is None
+            value = getattr(self, f.name)
+            if _field_kind(f) == "floor" and isinstance(value, str) and value.strip().lower() == "none":
+                object.__setattr__(self, f.name, None)
         for f in fields(self):
             value = getattr(self, f.name)
             if value is None or (_field_kind(f) == "floor" and value == CHECKPOINT):
@@ -265,23 +274,47 @@ def _check_knob(f, value) -> None:
 
 
 @lru_cache(maxsize=256)
-def _compile(pattern: str) -> re.Pattern:
+def _compile(pattern: str):
+    """``pattern`` compiled by the ``regex`` engine in ``re``-compatible mode (V0), which can stop
+    a match after a timeout and releases the GIL while it runs."""
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"must_keep patterns must be non-empty strings, got {pattern!r}")
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"must_keep pattern over {MAX_PATTERN_CHARS} characters")
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        return regex.compile(pattern, flags=regex.V0)
+    except (regex.error, ValueError, OverflowError) as exc:
         raise ValueError(f"must_keep pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
 
-def must_keep(units: Units, keep: np.ndarray, patterns: tuple[str, ...]) -> np.ndarray:
-    """Units whose text matches one of ``patterns`` (``re.search``) are kept."""
+def must_keep(
+    units: Units, keep: np.ndarray, patterns: tuple[str, ...], seconds: float = MUST_KEEP_SECONDS
+) -> np.ndarray:
+    """Units whose text matches one of ``patterns`` (``re.search`` semantics) are kept.
+
+    Raises:
+        ValueError: the patterns ran over ``seconds`` on these units together (catastrophic
+            backtracking, e.g. ``(a+)+$``); nothing is left running.
+    """
     if not patterns or not len(units):
         return keep
     compiled = [_compile(p) for p in patterns]
-    hits = np.array([any(c.search(t) for c in compiled) for t in units.texts], dtype=bool)
+    stop = time.monotonic() + seconds
+    hits = np.zeros(len(units), dtype=bool)
+    for c, pattern in zip(compiled, patterns):
+        for i, text in enumerate(units.texts):
+            if hits[i]:
+                continue
+            left = stop - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                hits[i] = c.search(text, timeout=left, concurrent=True) is not None
+            except TimeoutError:
+                raise ValueError(
+                    f"must_keep pattern {pattern!r} ran over {seconds:g} s on this text "
+                    "(catastrophic backtracking?): simplify it"
+                ) from None
     return keep | hits
 
 
@@ -390,9 +423,16 @@ def selection_overrides(args) -> dict:
 def selection_body_fields() -> dict:
     """Pydantic field definitions of every :class:`SelectionParams` field, for the HTTP request
     body (``create_model(..., **selection_body_fields())``): absent means the default."""
-    from pydantic import Field
+    from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-    types = {"bool": bool, "patterns": list[str], "int": int, "float": float, "floor": float | str}
+    # strict: "5" is not a token budget and "yes" not a boolean, as in the Python API
+    types = {
+        "bool": StrictBool,
+        "patterns": list[StrictStr],
+        "int": StrictInt,
+        "float": StrictFloat,
+        "floor": StrictFloat | StrictStr,
+    }
     hints = typing.get_type_hints(SelectionParams)
     out = {}
     for f in fields(SelectionParams):

@@ -32,6 +32,11 @@ class ServerLimits:
     max_request_tokens: int = 60_000  # passage tokens per HTTP request (all its queries): the compute cap
     deadline_s: float = 30.0  # a request not answered by then gets a 504
     body_timeout_s: float = 10.0  # a client that has not sent its whole body by then gets a 408
+    header_timeout_s: float = 10.0  # a connection whose request headers are not complete by then is closed
+    max_concurrency: int = 64  # requests in progress at once (503 above); /health is not counted
+    # open connections, idle ones included (uvicorn answers 503 above): well above max_concurrency,
+    # so that idle sockets cannot take the slots of requests
+    max_connections: int = 1024
 
 
 class Passage(BaseModel):
@@ -157,6 +162,11 @@ def _validation_error_detail(exc) -> list[dict]:
     """Pydantic errors without the offending input (it may not even be encodable)."""
     out = []
     for e in exc.errors():
+        if tuple(e.get("loc", ())) == ("body",) and e.get("type") in ("model_attributes_type", "dict_type"):
+            out.append(
+                {"field": "", "error": "the body must be a JSON object (content-type: application/json)"}
+            )
+            continue
         loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
         out.append({"field": loc, "error": str(e.get("msg", "invalid"))[:200]})
     return out
@@ -200,17 +210,41 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="pruner", version="0.1.0", lifespan=lifespan)
-    expected = f"Bearer {api_key}".encode() if api_key else None
+    expected = api_key.encode() if api_key else None
+
+    def authorized(header: str) -> bool:
+        """``Authorization: Bearer <key>``, the scheme in any case (RFC 9110 11.1)."""
+        scheme, _, token = header.strip().partition(" ")
+        given = token.strip().encode("latin-1", "replace")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, expected)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
         return JSONResponse({"detail": _validation_error_detail(exc)}, status_code=422)
 
+    in_flight = 0
+
     @app.middleware("http")
+    async def admit(request: Request, call_next):
+        """At most ``limits.max_concurrency`` requests in progress; /health always answers."""
+        nonlocal in_flight
+        if request.url.path == "/health":
+            return await call_next(request)
+        if in_flight >= limits.max_concurrency:
+            return JSONResponse(
+                {"detail": f"over {limits.max_concurrency} requests in progress: retry shortly"},
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+        in_flight += 1
+        try:
+            return await guard(request, call_next)
+        finally:
+            in_flight -= 1
+
     async def guard(request: Request, call_next):
         if expected is not None and request.url.path != "/health":
-            given = request.headers.get("authorization", "").encode("latin-1", "replace")
-            if not hmac.compare_digest(given, expected):
+            if not authorized(request.headers.get("authorization", "")):
                 return JSONResponse(
                     {"detail": "missing or wrong API key (Authorization: Bearer ...)"}, status_code=401
                 )
@@ -260,11 +294,16 @@ def create_app(
             if len(text) > limits.max_passage_chars:
                 raise HTTPException(422, f"{noun} {i} over {limits.max_passage_chars} characters")
 
-    def to_request(body: PruneBody) -> PruneRequest:
-        if len(body.query) > limits.max_query_chars:
+    def check_query(query: str) -> None:
+        if len(query) > limits.max_query_chars:
             raise HTTPException(422, f"query over {limits.max_query_chars} characters")
-        if not body.query.strip():
+        if not query.strip():
             raise HTTPException(422, "query is empty")
+
+    def to_request(body: PruneBody) -> PruneRequest:
+        """Checked, segmented and limited: runs off the event loop (segmentation of large texts
+        takes time that /health must not wait for)."""
+        check_query(body.query)
         check_texts([p if isinstance(p, str) else p.text for p in body.passages], "passage")
         passages = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in body.passages]
         settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
@@ -278,20 +317,23 @@ def create_app(
             raise HTTPException(422, str(exc)) from None
 
     def check_cost(requests: list[PruneRequest]) -> None:
-        texts = [p.text for r in requests for p in r.prepared]
-        tokens = (
-            sum(len(ids) for ids in pruner.tokenizer(texts, add_special_tokens=False)["input_ids"])
-            if texts
-            else 0
-        )
+        from pruner_model.alignment import count_tokens
+
+        tokens = count_tokens(pruner.tokenizer, [p.text for r in requests for p in r.prepared])
         if tokens > limits.max_request_tokens:
             raise HTTPException(
                 413, f"request has {tokens} passage tokens, over the limit of {limits.max_request_tokens}"
             )
 
-    async def serve(requests: list[PruneRequest]):
-        t0 = time.perf_counter()
+    def prepared(bodies: list[PruneBody]) -> list[PruneRequest]:
+        requests = [to_request(b) for b in bodies]
         check_cost(requests)
+        return requests
+
+    async def serve(bodies: list[PruneBody]):
+        t0 = time.perf_counter()
+        # every check that reads the texts (segmentation, token counts) runs in a worker thread
+        requests = await asyncio.get_running_loop().run_in_executor(None, prepared, bodies)
         try:
             results = await asyncio.wait_for(batcher.submit(requests), limits.deadline_s)
         except asyncio.TimeoutError:
@@ -307,13 +349,13 @@ def create_app(
 
     @app.post("/v1/prune")
     async def prune(body: PruneBody):
-        return (await serve([to_request(body)]))[0]
+        return (await serve([body]))[0]
 
     @app.post("/v1/prune/batch")
     async def prune_batch(body: BatchBody):
         if len(body.requests) > limits.max_batch_queries:
             raise HTTPException(422, f"over {limits.max_batch_queries} requests in a batch")
-        return {"results": await serve([to_request(b) for b in body.requests])}
+        return {"results": await serve(list(body.requests))}
 
     @app.get("/health")
     async def health():
@@ -327,13 +369,21 @@ def create_app(
     @app.post("/v1/rerank")
     async def rerank(body: RerankBody):
         """Cohere/TEI-shaped reranking by the relevance head (the order of ContextPruner.rank)."""
-        check_texts(body.documents, "document")
-        try:
-            req = pruner.prepare(PruneRequest(body.query, list(body.documents), pruner.selection_params()))
-        except (ValueError, TypeError) as exc:
-            raise HTTPException(422, str(exc)) from None
-        check_cost([req])
+
+        def prepare_rerank() -> PruneRequest:
+            check_query(body.query)
+            check_texts(body.documents, "document")
+            try:
+                req = pruner.prepare(
+                    PruneRequest(body.query, list(body.documents), pruner.selection_params())
+                )
+            except (ValueError, TypeError) as exc:
+                raise HTTPException(422, str(exc)) from None
+            check_cost([req])
+            return req
+
         loop = asyncio.get_running_loop()
+        req = await loop.run_in_executor(None, prepare_rerank)
         try:
             if body.return_pruned:
                 result = (await asyncio.wait_for(batcher.submit([req]), limits.deadline_s))[0]

@@ -140,9 +140,41 @@ def sentence_scores(
     sums = np.bincount(sent[valid], weights=probs[valid], minlength=n)
     counts = np.bincount(sent[valid], minlength=n)
     scores = np.divide(sums, counts, out=np.zeros(n), where=counts > 0)
-    uniq_starts = np.unique(starts[valid])
-    n_tokens = np.bincount(token_to_sentence(uniq_starts, sent_starts, sent_ends), minlength=n)
+    ends = np.concatenate([o[:, 1] for o in offsets])
+    uniq_starts, first = np.unique(starts[valid], return_index=True)
+    weight = token_weights(uniq_starts, ends[valid][first])
+    n_tokens = np.bincount(
+        token_to_sentence(uniq_starts, sent_starts, sent_ends), weights=weight, minlength=n
+    ).astype(np.int64)
     return scores, n_tokens
+
+
+# A token whose text is longer than any vocabulary piece is a word the tokenizer gave up on (one
+# [UNK] for a base64 blob of a million characters): it counts as the tokens a generator's
+# tokenizer would make of it, about one per CHARS_PER_TOKEN characters, so token budgets, token
+# stats and compute caps cannot be fooled by one long word.
+LONG_TOKEN_CHARS = 24
+CHARS_PER_TOKEN = 4
+
+
+def token_weights(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many tokens each (start, end) character span counts for: 1, or for a span longer than
+    ``LONG_TOKEN_CHARS``, ``ceil(length / CHARS_PER_TOKEN)``."""
+    length = np.asarray(ends, dtype=np.int64) - np.asarray(starts, dtype=np.int64)
+    return np.where(length > LONG_TOKEN_CHARS, -(-length // CHARS_PER_TOKEN), 1).astype(np.int64)
+
+
+def count_tokens(tokenizer, texts: Sequence[str]) -> int:
+    """Tokens of ``texts`` with long-word weighting (:func:`token_weights`), no special tokens."""
+    if not texts:
+        return 0
+    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+    total = 0
+    for off in enc["offset_mapping"]:
+        if len(off):
+            arr = np.asarray(off, dtype=np.int64).reshape(-1, 2)
+            total += int(token_weights(arr[:, 0], arr[:, 1]).sum())
+    return total
 
 
 def unit_bounds(units) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,14 @@ class PrunerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        for name in ("threshold", "int8_threshold", "uncertainty_threshold", "target_evidence"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f"{name} in the checkpoint's config must be a number, got {value!r}")
+        for name in ("max_length", "stride", "max_query_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} in the checkpoint's config must be an integer, got {value!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         check_relative_floor(self.relative_floor)
@@ -63,3 +71,31 @@ class PrunerConfig(PreTrainedConfig):
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if not 0 <= self.stride < self.max_length // 2:
             raise ValueError(f"stride must be in [0, max_length/2), got {self.stride}")
+
+
+def encoder_positions(encoder_config) -> int | None:
+    """How many tokens the encoder's position table holds (RoBERTa-like encoders reserve the
+    first ``pad_token_id + 1`` positions); None when the encoder has no such limit."""
+    n = getattr(encoder_config, "max_position_embeddings", None)
+    if n is None:
+        return None
+    if getattr(encoder_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        n -= (getattr(encoder_config, "pad_token_id", 1) or 1) + 1
+    return n
+
+
+def check_fits(config: PrunerConfig, tokenizer=None, where: str = "the checkpoint") -> None:
+    """The consistency of a model folder, checked when it loads rather than on the first long
+    passage: windows within the encoder's positions, token ids within its embedding table."""
+    positions = encoder_positions(config.encoder_config)
+    if positions is not None and config.max_length > positions:
+        raise ValueError(
+            f"{where}: max_length {config.max_length} is over the encoder's {positions} positions "
+            f"(set max_length <= {positions} in config.json)"
+        )
+    vocab = getattr(config.encoder_config, "vocab_size", None)
+    if tokenizer is not None and vocab is not None and len(tokenizer) > vocab:
+        raise ValueError(
+            f"{where}: the tokenizer has {len(tokenizer)} tokens, the encoder's embedding table "
+            f"{vocab}: not the tokenizer this model was trained with"
+        )

@@ -141,6 +141,110 @@ def repair_jsonl(path: str | Path) -> int:
         return len(data) - keep
 
 
+def writing_marker(path: str | Path) -> Path:
+    """The file that says a run of ours is appending to ``path`` (left behind by a crash)."""
+    path = Path(path)
+    return path.with_name(path.name + ".writing")
+
+
+@contextmanager
+def resumable_output(path: str | Path, inputs: Iterable[str | Path] = (), what: str = "this command"):
+    """Open an append-only JSONL output of a resumable run, touching only what we wrote.
+
+    Refuses an output that is one of ``inputs``, or that holds a line that is not a JSON object
+    (not an output of ``what``). A half-written last line is cut off only when the marker
+    (:func:`writing_marker`) shows that a run of ours was writing the file when it stopped; a
+    file of someone else's that lacks a final newline is refused, never cut. The marker lives
+    while the run writes and is removed once the file ends on a whole line.
+
+    Raises:
+        RecordError: the output cannot be used; nothing was changed.
+    """
+    path = Path(path)
+    for other in inputs:
+        other = Path(other)
+        same = other.resolve() == path.resolve()
+        if not same and other.exists() and path.exists():
+            same = os.path.samefile(other, path)  # a hard link or another spelling of the path
+        if same:
+            raise RecordError(f"the output {path} is the input file: choose another --output")
+    marker = writing_marker(path)
+    if path.is_file() and path.stat().st_size:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        partial = not data.endswith(b"\n")
+        if partial and not marker.is_file():
+            raise RecordError(
+                f"{path} does not end with a newline and no run of {what} was writing it: not "
+                "touched (choose another --output)"
+            )
+        lines = data.split(b"\n")[:-1]  # whole lines; a partial last one is ours to cut
+        for lineno, raw in enumerate(lines, 1):
+            try:
+                ok = not raw.strip() or isinstance(json.loads(raw), dict)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                ok = False
+            if not ok:
+                raise RecordError(
+                    f"{path}:{lineno} is not a JSON record: not an output of {what}, not touched "
+                    "(choose another --output)"
+                )
+        if partial:
+            repair_jsonl(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"pid": os.getpid()}) + "\n", encoding="utf-8")
+    try:
+        yield path
+    finally:
+        if not path.is_file() or path.stat().st_size == 0 or _ends_with_newline(path):
+            marker.unlink(missing_ok=True)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def canonical_id(value, where: str) -> str:
+    """A record's id as the string every resume keys it by: strings and integers only, so that
+    ``7`` and ``"7"`` are the same id (and a duplicate when both appear)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise RecordError(f"{where}: id must be a string or an integer, got {type(value).__name__}")
+    text = str(value)
+    if not text.strip():
+        raise RecordError(f"{where}: id is empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(f"{where}: id is not valid Unicode (a lone surrogate)") from None
+    return text
+
+
+def check_unique_ids(ids: Iterable[tuple[str, str]]) -> None:
+    """``(canonical id, where)`` pairs: raises naming both places of the first repeated id."""
+    seen: dict[str, str] = {}
+    for gid, where in ids:
+        if gid in seen:
+            raise RecordError(
+                f"id {gid!r} appears twice ({seen[gid]} and {where}): ids must be unique, and 7 and "
+                '"7" are the same id'
+            )
+        seen[gid] = where
+
+
+def usage_count(value) -> int:
+    """A token count reported by an endpoint: a non-negative integer, anything else (negative,
+    NaN, a string, a bool) counts 0, so a misbehaving endpoint cannot lower the accounting."""
+    if isinstance(value, bool):
+        return 0
+    try:
+        n = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return n if n >= 0 else 0
+
+
 def parse_shard(text: str | None) -> tuple[int, int]:
     """``"K/N"`` (0 <= K < N) as ``(K, N)``; None is the whole file ``(0, 1)``."""
     if text is None:

@@ -19,12 +19,15 @@ the annotator is the sentence the model scores. Rules:
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+logger = logging.getLogger(__name__)
 
 UnitKind = Literal["sentence", "heading", "list_item", "table_row", "code"]
 
@@ -93,6 +96,55 @@ def _lines(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# punkt runs each of its regexes over a whole paragraph under nltk's 5-second wall-clock guard;
+# a paragraph of a million characters can trip it on a loaded machine. Longer paragraphs are cut
+# in windows of this many characters, each ending where punkt itself starts its last sentence
+PROSE_CHUNK_CHARS = 10_000
+
+
+def _sentence_spans(tokenizer, text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """punkt's sentence spans of ``text[start:end]`` (absolute offsets), window by window."""
+
+    def spans_of(a: int, b: int) -> list[tuple[int, int]]:
+        try:
+            return [(a + s, a + e) for s, e in tokenizer.span_tokenize(text[a:b])]
+        except TimeoutError:  # nltk's wall-clock regex guard, on a very busy machine
+            raise ValueError(f"sentence splitting timed out on the paragraph at character {a}") from None
+
+    out: list[tuple[int, int]] = []
+    while end - start > PROSE_CHUNK_CHARS:
+        spans = spans_of(start, start + PROSE_CHUNK_CHARS)
+        if len(spans) > 1:  # the last sentence may go on past the window: it starts the next one
+            out += spans[:-1]
+            start = spans[-1][0]
+            continue
+        space = text.rfind(" ", start + PROSE_CHUNK_CHARS // 2, start + PROSE_CHUNK_CHARS)
+        cut = space + 1 if space > start else start + PROSE_CHUNK_CHARS  # one giant "sentence"
+        out.append((start, cut))
+        start = cut
+    return out + spans_of(start, end)
+
+
+# sentence marks of scripts that punkt's parameters do not know (CJK, Devanagari, Arabic/Urdu) and
+# the Thai/Lao blocks (no sentence punctuation at all): such text stays one unit per paragraph
+_UNCUT_SCRIPTS = re.compile("[\u3002\uff0e\uff01\uff1f\u0964\u0965\u061f\u06d4\u0e00-\u0eff]")
+_warned_scripts = False
+
+
+def _warn_uncut(units: list[Unit], text: str) -> None:
+    global _warned_scripts
+    if _warned_scripts:
+        return
+    for u in units:
+        if u.end - u.start > 200 and _UNCUT_SCRIPTS.search(text, u.start, u.end):
+            _warned_scripts = True
+            logger.warning(
+                "text in Chinese, Japanese, Hindi, Arabic, Thai or a similar script is not cut into "
+                "sentences (punkt knows English punctuation): each paragraph is kept or dropped whole"
+            )
+            return
+
+
 def segment(text: str, language: str = "english", structure: bool = True) -> list[Unit]:
     """Cut ``text`` into units (sentences and markdown blocks) with exact character spans.
 
@@ -114,9 +166,8 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
 
     def flush_prose(start: int, end: int) -> None:
         state["paragraph"] += 1
-        block = text[start:end]
-        for s, e in tokenizer.span_tokenize(block):
-            emit(start + s, start + e, "sentence")
+        for s, e in _sentence_spans(tokenizer, text, start, end):
+            emit(s, e, "sentence")
 
     prose_start: int | None = None
     prose_end = 0
@@ -178,4 +229,5 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
         emit(code_start, len(text), "code")
     if prose_start is not None:
         flush_prose(prose_start, prose_end)
+    _warn_uncut(units, text)
     return units

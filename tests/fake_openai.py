@@ -24,6 +24,7 @@ class FakeOpenAI:
         self.default = default
         self.slow_seconds = slow_seconds
         self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []  # the Authorization header of every POST
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}
         self.batch_polls = 2  # status checks a batch stays in progress for
@@ -57,6 +58,7 @@ class FakeOpenAI:
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers["content-length"]))
+                fake.authorizations.append(self.headers.get("authorization"))
                 if self.path.endswith("/files") and fake.upload_fails:
                     return self._send(500, {"error": {"message": "upload failed"}})
                 if self.path.endswith("/files"):

@@ -3,7 +3,7 @@ import os
 import re
 
 import pytest
-from pruner_model.annotation.llm import Annotator, AnnotatorSettings, compare_with_gold, repair_jsonl
+from pruner_model.annotation.llm import Annotator, AnnotatorSettings, compare_with_gold
 from pruner_model.annotation.prompt import (
     SYSTEM,
     InvalidAnswer,
@@ -13,7 +13,7 @@ from pruner_model.annotation.prompt import (
 )
 
 from pruner_model.cli import main
-from pruner_model.records import atomic_path, read_jsonl
+from pruner_model.records import atomic_path, read_jsonl, repair_jsonl, writing_marker
 from tests.fake_openai import FakeOpenAI
 
 INJECTION = (
@@ -156,7 +156,8 @@ def test_resume_skips_done_repairs_half_line_and_uses_cache(tmp_path):
         ann.open_cache(tmp_path / "c.jsonl")
         ann.run(groups(2), out, tmp_path / "r.jsonl")
         with open(out, "a") as fh:
-            fh.write('{"id": "g2/a", "query": "half')  # a crash mid-write
+            fh.write('{"id": "g2/a", "query": "half')  # a crash mid-write ...
+        writing_marker(out).write_text("{}\n")  # ... leaves the run's marker behind
         ann2 = Annotator(settings(fake.url))
         ann2.open_cache(tmp_path / "c.jsonl")
         acc = ann2.run(groups(3), out, tmp_path / "r.jsonl")

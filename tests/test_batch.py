@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pruner_model.cli import main
-from pruner_model.records import parse_shard, shard_of
+from pruner_model.records import parse_shard, shard_of, writing_marker
 
 TIMINGS = ("encoder_seconds", "postprocess_seconds")
 
@@ -47,10 +47,13 @@ def test_shards_add_up_and_runs_resume(tiny_checkpoint, tmp_path, capsys):
     a, b = lines(parts[0]), lines(parts[1])
     assert a and b and not set(a) & set(b)
     assert {**a, **b} == lines(whole)
-    # a crash mid-write: the half line is cut off and the run finishes the rest, each id once
+    # a crash mid-write (the run's marker left behind): the half line is cut off and the run
+    # finishes the rest, each id once
     text = whole.read_text().splitlines(keepends=True)
     whole.write_text("".join(text[:10]) + text[10][: len(text[10]) // 2])
+    writing_marker(whole).write_text("{}\n")
     assert main([*base, "--output", str(whole)]) == 0
+    assert not writing_marker(whole).exists()
     assert "14 groups pruned" in capsys.readouterr().err and lines(whole).keys() == {
         g["id"] for g in groups()
     }

@@ -162,7 +162,8 @@ def test_training_under_auto_records_the_choice(
     assert saved["precision"]["calibration"] == expected
     assert saved["precision"]["machine"]["cpu_class"] == cpu_class(flags)
     assert saved["precision"]["machine"]["native_bf16"] == (expected == "bf16")
-    assert saved["calibration"]["precision"] == expected and saved["dev"]["precision"] == expected
+    assert saved["calibration"]["scored_in"] == expected and saved["dev"]["scored_in"] == expected
+    assert 0 <= saved["dev"]["precision"] <= 1  # the sentence precision metric, not overwritten
     assert set(seen) == {None if expected == "fp32" else "bf16"}  # every scoring pass, same precision
     card = (tmp_path / "run" / "README.md").read_text()
     assert f"trained in {expected}, calibrated and reported in {expected}" in card

@@ -96,7 +96,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         absolute_threshold=chosen["candidates"][0]["threshold"],
         calibrated_for=aim,
         confidence=c.confidence,
-        precision=precision,
+        scored_in=precision,
         candidates=chosen["candidates"],
     )
     if per_slice:
@@ -213,7 +213,7 @@ def report(
     scored, auc = _score(model, tokenizer, groups, precision)
     final = dev_metrics(scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
-    final["precision"] = precision
+    final["scored_in"] = precision  # "precision" is the sentence precision metric
     if final["queries_with_evidence"]:  # held-out queries: does the calibrated promise hold on them?
         final["promise"] = promise_check(final["queries_preserved"], final["queries_with_evidence"], target)
     out = {"dev": final}

@@ -59,6 +59,16 @@ class DataSection:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for name in (
+            "max_train_groups",
+            "max_dev_groups",
+            "calibration_dev_groups",
+            "report_dev_groups",
+            "report_dev_start",
+        ):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 0):
+                raise ConfigError(f"data.{name} must be >= 0 (or null), got {value}")
         for name in ("noise_augment", "low_overlap_share"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
@@ -161,6 +171,10 @@ class CalibrationSection:
         from pruner_model.shifts import slice_parts
 
         for name in self.shifts:
+            if not isinstance(name, str):
+                raise ConfigError(
+                    f"calibration.shifts: each must be a slice name such as noisy, got {name!r}"
+                )
             try:
                 parts = slice_parts(name)
             except ValueError as exc:
@@ -224,6 +238,8 @@ class TrainConfig:
         for name in ("eval_every", "save_every", "num_workers", "malloc_mmap_threshold"):
             if getattr(t, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
+        if t.threads is not None and t.threads < 1:
+            raise ConfigError(f"train.threads must be >= 1 (or null: torch's default), got {t.threads}")
         if not 0.0 <= t.ema_decay < 1.0:
             raise ConfigError(f"train.ema_decay must be in [0, 1) (0 = off), got {t.ema_decay}")
         if t.log_every < 1:

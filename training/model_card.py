@@ -86,9 +86,7 @@ print(result.text, result.stats.compression)
 
 ## Operating point
 
-Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their evidence
-(relative floor {floor}, relevance exponent {getattr(config, "relevance_exponent", 0.0)}){shifted}, measured on
-dev groups that were not used to calibrate it:
+{_operating_point(config, target, floor, shifted, "calibration" in metrics)}
 
 | metric | value |
 |---|---|
@@ -108,11 +106,26 @@ or a token budget.
     return path
 
 
+def _operating_point(config, target: float, floor, shifted: str, calibrated: bool) -> str:
+    if not calibrated:  # no promise without calibration: the threshold is only a default
+        return (
+            f"Threshold **{config.threshold:.4f}**, **not calibrated** (calibration was off or had no "
+            "dev groups): no share of queries keeping their evidence is promised. Calibrate it on "
+            "labeled data (`pruner evaluate --write-threshold`) before relying on it. Measured on dev "
+            "groups:"
+        )
+    return (
+        f"Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their "
+        f"evidence (relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)})"
+        f"{shifted}, measured on dev groups that were not used to calibrate it:"
+    )
+
+
 def _precision(p: dict | None) -> str:
     if not p:
         return ""
     m = p.get("machine", {})
-    where = f"GPU {m['gpu']}" if m.get("gpu") else f"a {m.get('cpu_class', '?')} CPU"
+    where = f"GPU {m['gpu']}" if m.get("gpu") else f"a CPU of class {m.get('cpu_class', '?')}"
     return (
         f"- precision: trained in {p['training']}, calibrated and reported in {p['calibration']}, on "
         f"{where} (torch CPU capability {m.get('cpu_capability', '?')})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pruner_model import PrunerModel
+from pruner_model.configuration import check_fits, encoder_positions
 
 from .config import TrainConfig
 
@@ -53,10 +54,11 @@ def build_model(cfg: TrainConfig):
         tok = AutoTokenizer.from_pretrained(path)
     if not getattr(tok, "is_fast", False):
         raise ValueError("the backbone needs a fast tokenizer (offset mapping)")
-    max_pos = getattr(model.config.encoder_config, "max_position_embeddings", None)
+    max_pos = encoder_positions(model.config.encoder_config)
     if max_pos is not None and m.max_length > max_pos:
         raise ValueError(
             f"model.max_length {m.max_length} is over the backbone's {max_pos} positions: every longer "
             "window would fail at inference"
         )
+    check_fits(model.config, tok, "the backbone")
     return model, tok

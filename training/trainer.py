@@ -416,10 +416,17 @@ class Trainer:
         cal = calibrate(model, self.tokenizer, self.cfg, self.dev_records, quiet=self.quiet)
         if cal is not None:
             metrics["calibration"] = cal
+        elif not self.quiet:
+            log(
+                f"not calibrated (calibration off or no calibration groups): threshold "
+                f"{model.config.threshold:.4f} stands and no evidence rate is promised"
+            )
         if not math.isfinite(model.config.threshold):
             raise TrainingDiverged(f"the calibrated threshold is {model.config.threshold}: not published")
         absolute = cal["absolute_threshold"] if cal else None
         metrics.update(report(model, self.tokenizer, self.cfg, self.dev_records, absolute, quiet=self.quiet))
+        if cal is None:  # an uncalibrated threshold promises nothing to check
+            metrics.get("dev", {}).pop("promise", None)
         model.save_pretrained(self.out)
         self.tokenizer.save_pretrained(self.out)
         write_json(self.out / "metrics.json", metrics)
