@@ -14,6 +14,7 @@ for an outside held-out evaluation and are refused here.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 from pruner_model import segment
 from pruner_model.records import RecordError, read_text
 
+logger = logging.getLogger(__name__)
 BIGBENCH_VERSION = "1.0.0"
 SQUAD_FILES = {  # split name -> file in bigbench/benchmark_tasks/squad_shifts/
     "squaddev": "squaddev_v1.1.json",
@@ -55,9 +57,7 @@ def fetch_squad_split(split: str, cache_dir: Path | None = None) -> Path:
     sdist = downloads / f"bigbench-{BIGBENCH_VERSION}.tar.gz"
     if not sdist.is_file():
         downloads.mkdir(parents=True, exist_ok=True)
-        print(
-            f"downloading bigbench=={BIGBENCH_VERSION} sdist (358 MB, once) into {downloads}", file=sys.stderr
-        )
+        logger.info(f"downloading bigbench=={BIGBENCH_VERSION} sdist (358 MB, once) into {downloads}")
         cmd = [
             sys.executable,
             "-m",

@@ -264,10 +264,9 @@ def quantize_int8(fp32_path: Path, int8_path: Path, per_channel: bool = True, **
     """Dynamic int8 quantization of an exported graph (int8 weights, activations quantized at run
     time); ``options`` go to ``onnxruntime.quantization.quantize_dynamic`` (``nodes_to_exclude``, ...).
 
-    ``per_channel``: one weight scale per output channel. On the reference model (ranking loss,
-    decisions at probabilities near 0.01) keep/drop agreement with fp32 on 3292 nyt sentences rose
-    from 0.971 to 0.987 with it (128 validation sentences: 0.945 -> 0.969), at about the same speed
-    (``benchmarks/int8_variants.py``)."""
+    ``per_channel``: one weight scale per output channel, which keeps int8's keep/drop decisions
+    closer to fp32's where a ranking-trained model decides at small probabilities, at about the
+    same speed (measured with ``experiments/int8_variants.py``: docs/experiments/results-log.md)."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

@@ -7,6 +7,7 @@ and ``pruner prune`` does not pay for importing the training stack.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 
@@ -35,6 +36,29 @@ def _usage() -> str:
     lines += [f"  {name:<9} {doc}" for name, (_, _, doc) in COMMANDS.items()]
     lines += ["", "Run 'pruner <command> --help' for a command's options."]
     return "\n".join(lines)
+
+
+class _LineHandler(logging.Handler):
+    """Log records as lines on stderr, written through tqdm so that a progress bar is not torn."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm.auto import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # a log line must never fail the command
+            self.handleError(record)
+
+
+def configure_logging() -> None:
+    """The library logs through ``logging.getLogger(__name__)``; the CLI shows its INFO lines
+    (DEBUG with ``PRUNER_DEBUG=1``) as plain lines on stderr. Idempotent."""
+    logger = logging.getLogger("pruner_model")
+    if not any(isinstance(h, _LineHandler) for h in logger.handlers):
+        handler = _LineHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if os.environ.get("PRUNER_DEBUG") else logging.INFO)
 
 
 def run_guarded(fn, argv) -> int:
@@ -70,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-file "Loading weights" bars drown our own progress
+    configure_logging()
     try:
         fn = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:

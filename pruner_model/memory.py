@@ -4,10 +4,9 @@ glibc raises its mmap threshold each time a large block is freed (up to 32 MiB),
 activations of later batches come from the heap; with batch shapes that change every step (length
 -grouped windows) the heap fragments and resident memory climbs for the whole run. A fixed
 threshold keeps large blocks on mmap, returned to the system when freed, at the price of page
-faults on every large allocation. Measured on a bare bf16 training loop of MiniLM-L6 with batches
-of 16 windows of 60-256 tokens (docs/scale-out.md): about 4 GB after 100 steps and climbing with
-glibc's default; about 1.4 GB with a fixed 64 KiB threshold, with steps about 1.6x slower on
-2 CPU cores. Training leaves it off unless ``train.malloc_mmap_threshold`` is set.
+faults on every large allocation: lower, flat memory for slower steps (measured in
+docs/scale-out.md with ``benchmarks/bench_train_memory.py``). Training leaves it off unless
+``train.malloc_mmap_threshold`` is set.
 """
 
 from __future__ import annotations

@@ -9,10 +9,9 @@ groups it was calibrated on.
 
 from __future__ import annotations
 
-import sys
+import logging
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from pruner_model.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
 from pruner_model.metrics import promise_check
@@ -22,9 +21,7 @@ from .config import TrainConfig
 from .evaluation import build_dev_set, dev_metrics, score_dev
 from .metrics import calibrate_operating_point, weighted_groups
 
-
-def log(msg: str) -> None:
-    tqdm.write(msg, file=sys.stderr)
+logger = logging.getLogger(__name__)
 
 
 def calibration_precision(model, cfg: TrainConfig) -> Precision:
@@ -115,8 +112,8 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         if c.confidence is not None:
             margin += f", with confidence {c.confidence} per slice"
         if per_slice:
-            log("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
-        log(
+            logger.info("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
+        logger.info(
             f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
             f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
         )
@@ -179,7 +176,7 @@ def _log_calibration(candidates: list[dict], folds: int, with_exponent: bool, se
             else ""
         )
         exp = f"relevance^{row['relevance_exponent']} " if with_exponent else ""
-        log(
+        logger.info(
             f"  {exp}floor {row['relative_floor']}: threshold {row['threshold']:.4f}, "
             f"in-sample compression {row['compression']:.3f}{cv}"
         )
@@ -220,7 +217,7 @@ def report(
     if (mc.relative_floor is not None or mc.relevance_exponent) and absolute_threshold is not None:
         out["dev_absolute"] = dev_metrics(scored, auc, absolute_threshold, target)
     if not quiet:
-        log(
+        logger.info(
             f"dev ({len(groups)} groups not used for calibration: {start}-{start + len(groups) - 1} of "
             f"the permutation) at threshold {mc.threshold:.4f}: evidence preserved "
             f"{final['evidence_preserved']:.3f}, compression {final['compression']:.3f}, "

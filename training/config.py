@@ -155,7 +155,7 @@ class CalibrationSection:
     # meta.answers keep their relevant_spans either way
     every_answer: bool = True
     # score the calibration and report groups under bf16 autocast (about twice as fast where bf16
-    # is native; thresholds match fp32 inference, docs/results.md). auto: where bf16 is native
+    # is native; thresholds match fp32 inference, docs/experiments/results-log.md). auto: where bf16 is native
     # (the same choice as train.mixed_precision: auto); yes / no (true / false): always / never
     bf16: Literal["auto", "yes", "no"] = "auto"
 

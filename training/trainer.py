@@ -15,9 +15,9 @@ The state lives beside the published folder, so ``OUT`` can be uploaded to a mod
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -56,8 +56,7 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; nothing from that point on is kept."""
 
 
-def log(msg: str) -> None:
-    tqdm.write(msg, file=sys.stderr)
+logger = logging.getLogger(__name__)
 
 
 def _forget_other_precision(mixed_precision: str) -> None:
@@ -169,7 +168,7 @@ class Trainer:
             self.state = json.loads((self.state_dir / STATE_FILE).read_text())
             if not self.quiet:
                 s = self.state
-                log(f"resumed at step {s['step']} (epoch {s['epoch']}, batch {s['batch_in_epoch']})")
+                logger.info(f"resumed at step {s['step']} (epoch {s['epoch']}, batch {s['batch_in_epoch']})")
         if self.is_main:
             with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
                 yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
@@ -201,12 +200,12 @@ class Trainer:
             else None
         )
         if not self.quiet and self.is_main:
-            log(
+            logger.info(
                 f"precision: {self.precision} (train.mixed_precision: {self.cfg.train.mixed_precision}) "
                 f"on {self.machine.describe()}, torch CPU capability {self.machine.cpu_capability}"
             )
-            log(train_report.line("train"))
-            log(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
+            logger.info(train_report.line("train"))
+            logger.info(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
 
     def _build_loader(self):
         t = self.cfg.train
@@ -286,7 +285,7 @@ class Trainer:
             save_checkpoint(self.unwrapped, self.tokenizer, self.best_dir)
         if not self.quiet:
             which = " (weight average)" if self.average is not None else ""
-            log(
+            logger.info(
                 f"step {state['step']}{which}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
                 f"evidence {m['evidence_preserved']:.3f} / compression {m['compression']:.3f} at "
                 f"threshold {mc.threshold:.2f}" + (" (best)" if better else "")
@@ -383,7 +382,7 @@ class Trainer:
         if interrupted:
             if not self.is_main:
                 return False
-            log(
+            logger.info(
                 f"stopped at step {state['step']}/{self.total_steps}; state saved in {self.state_dir}; "
                 "continue with --resume"
             )
@@ -392,7 +391,7 @@ class Trainer:
         self.save_state()
         digest = self.check_replicas()
         if self.accelerator.num_processes > 1 and self.is_main and not self.quiet:
-            log(f"weights identical on {self.accelerator.num_processes} processes (sha256 {digest})")
+            logger.info(f"weights identical on {self.accelerator.num_processes} processes (sha256 {digest})")
         return True
 
     # ------------------------------------------------------------------ publish
@@ -417,7 +416,7 @@ class Trainer:
         if cal is not None:
             metrics["calibration"] = cal
         elif not self.quiet:
-            log(
+            logger.info(
                 f"not calibrated (calibration off or no calibration groups): threshold "
                 f"{model.config.threshold:.4f} stands and no evidence rate is promised"
             )

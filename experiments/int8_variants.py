@@ -1,6 +1,6 @@
 """Which int8 quantization keeps an export's keep/drop decisions: a side-by-side check.
 
-    python benchmarks/int8_variants.py --export runs/reference-onnx [--data data/squad/dev.jsonl]
+    python experiments/int8_variants.py --export runs/reference-onnx [--data data/squad/dev.jsonl]
         [--groups 100] [--work /tmp/int8-variants]
 
 Quantizes the fp32 ``model.onnx`` of an export folder (``pruner export`` without ``--quantize``)

@@ -1,6 +1,6 @@
 """How each relative floor's calibrated threshold carries over to unseen dev groups.
 
-    python benchmarks/calibration_floors.py --model runs/reference [--data data/squad/dev.jsonl]
+    python experiments/calibration_floors.py --model runs/reference [--data data/squad/dev.jsonl]
         [--exponents 0,0.25,0.5,1] [--calibration-groups 4000] [--report-start 6000]
 
 Scores the calibration slice and the report slice that ``pruner train`` uses (same seeded

@@ -1,7 +1,7 @@
 """Which calibration rule keeps its promise on shifted slices: a checkpoint's scores calibrated
 under each rule, judged on choice groups that neither calibration nor reported numbers use.
 
-    python3 benchmarks/calibration_rules.py --model runs/reference --target 0.97 \
+    python3 experiments/calibration_rules.py --model runs/reference --target 0.97 \
         --calibration 0:2000 --choice 4000:5000 --low-overlap-choice 4000:6000 \
         --cache reports/rules-reference.pkl
 
