@@ -20,11 +20,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pruner_model.records import atomic_open, resumable_output, usage_count
-
-from .llm import Annotator, alone
-from .prompt import InvalidAnswer, PromptPassage, build_messages, parse_answer, request_key
-from .resume import drop_partial_groups
+from pruner_model.annotation.llm import Annotator, alone
+from pruner_model.annotation.prompt import (
+    InvalidAnswer,
+    PromptPassage,
+    build_messages,
+    parse_answer,
+    request_key,
+)
+from pruner_model.annotation.resume import drop_partial_groups
+from pruner_model.core.records import atomic_open, resumable_output, usage_count
 
 DONE = {"completed", "failed", "expired", "cancelled"}
 
@@ -157,7 +162,7 @@ class BatchLabeler:
                 self.a.acc.add(invalid_answers=1)
                 failed[key] = f"invalid answer: {exc}"
                 continue
-            self.a._remember(key, content)
+            self.a.remember(key, content)
         return failed
 
     # ------------------------------------------------------------------ a whole run
@@ -176,6 +181,7 @@ class BatchLabeler:
         ):
             return self._run(groups, output, rejects, progress)
 
+    # over 60 lines: the Batch API's submit / poll / collect states read top to bottom
     def _run(self, groups: list[dict], output: Path, rejects: Path, progress):
         state_path = output.with_name(output.name + ".batch.json")
         todo = drop_partial_groups(groups, output)

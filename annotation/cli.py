@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pruner_model.records import write_json, write_jsonl
+from pruner_model.core.records import write_json, write_jsonl
 
 
 def _data_parser() -> argparse.ArgumentParser:
@@ -58,8 +58,9 @@ def _data_parser() -> argparse.ArgumentParser:
     return p
 
 
+# over 60 lines: the `pruner data` steps in order (read, convert, write, report); each is a call, the length is their arguments
 def data_main(argv: list[str] | None = None) -> int:
-    from .squad import build_groups, fetch_squad_split, load_squad
+    from pruner_model.annotation.squad import build_groups, fetch_squad_split, load_squad
 
     args = _data_parser().parse_args(argv)
     if not 0 <= args.no_gold_share <= 1:
@@ -141,6 +142,7 @@ def data_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# over 60 lines: one flag a statement: the parser reads as the command's reference
 def _annotate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner annotate",
@@ -207,12 +209,8 @@ def _annotate_parser() -> argparse.ArgumentParser:
 def annotate_main(argv: list[str] | None = None) -> int:
     import json as _json
 
-    from tqdm.auto import tqdm
-
-    from pruner_model.records import canonical_id, check_unique_ids, parse_shard, read_jsonl, shard_of
-
-    from .batch_api import BatchFailed, BatchLabeler
-    from .llm import Annotator, AnnotatorSettings, EndpointDown, compare_with_gold
+    from pruner_model.annotation.agreement import compare_with_gold
+    from pruner_model.core.records import read_jsonl
 
     args = _annotate_parser().parse_args(argv)
     out = Path(args.output)
@@ -220,83 +218,9 @@ def annotate_main(argv: list[str] | None = None) -> int:
         raise ValueError("give --input (to annotate) and/or --compare-gold")
     summary: dict = {}
     if args.input is not None:
-        if not args.model:
-            raise ValueError("--model is required (or set OPENAI_MODEL)")
-        groups = read_jsonl(args.input)
-        ids = []
-        for i, g in enumerate(groups, 1):
-            where = f"{args.input}:{i}"
-            if (
-                not isinstance(g.get("query"), str)
-                or not isinstance(g.get("passages"), list)
-                or "id" not in g
-            ):
-                raise ValueError(f"{where}: expected {{id, query, passages}}")
-            ids.append((canonical_id(g["id"], where), f"line {i}"))
-            for j, p in enumerate(g["passages"]):
-                if not isinstance(p, dict) or not isinstance(p.get("text"), str):
-                    raise ValueError(f"{where}: a passage lacks a 'text' string")
-                if p.get("title") is not None and not isinstance(p["title"], str):
-                    raise ValueError(f"{where}: passage {j} title must be a string")
-                if "id" in p:
-                    canonical_id(p["id"], f"{where}: passage {j}")
-        check_unique_ids(ids)  # a resume keys groups by id: a repeated one would never be labeled
-        if args.limit is not None:
-            groups = groups[: args.limit]
-        k, n = parse_shard(args.shard)
-        if n > 1:
-            groups = [g for g in groups if shard_of(str(g["id"]), n) == k]
-        if args.no_wait and not args.batch_api:
-            raise ValueError("--no-wait needs --batch-api")
-        if args.max_connection_failures < 1:
-            raise ValueError("--max-connection-failures must be >= 1")
-        settings = AnnotatorSettings(
-            model=args.model,
-            base_url=args.base_url,
-            api_key=os.environ.get(args.api_key_env, ""),  # unset: no key, never another variable's
-            concurrency=args.concurrency,
-            timeout=args.timeout,
-            max_retries=args.max_retries,
-            max_connection_failures=args.max_connection_failures,
-            max_invalid=args.max_invalid,
-            max_prompt_tokens=args.max_prompt_tokens,
-            max_tokens=args.max_tokens,
-            structured=args.structured,
-            price_prompt=args.price_prompt,
-            price_completion=args.price_completion,
-        )
-        annotator = Annotator(settings)
-        annotator.open_cache(out.with_name(out.name + ".cache.jsonl"))
-        try:
-            rejects = out.with_name(out.name + ".rejects.jsonl")
-            desc = "annotating" + (f" shard {k}/{n}" if n > 1 else "")
-            with tqdm(total=len(groups), desc=desc, unit="group") as bar:
-                if args.batch_api:
-                    labeler = BatchLabeler(
-                        annotator, args.batch_poll_interval, args.batch_price_factor, wait=not args.no_wait
-                    )
-                    acc = labeler.run(groups, out, rejects, progress=bar, inputs=[args.input])
-                else:
-                    acc = annotator.run(groups, out, rejects, progress=bar, inputs=[args.input])
-        except (EndpointDown, BatchFailed) as exc:
-            write_json(out.with_name(out.name + ".stats.json"), {"accounting": annotator.acc.to_dict()})
-            print(f"error: {exc}", file=sys.stderr)
-            return 3
-        summary["accounting"] = acc.to_dict()
-        if args.batch_api and labeler.pending:
-            print(
-                f"batch {labeler.status}: run the same command again to collect its results", file=sys.stderr
-            )
-            write_json(out.with_name(out.name + ".stats.json"), summary)
-            return 0
-        a = summary["accounting"]
-        print(
-            f"groups: {a['groups_done']} labeled, {a['groups_skipped']} already done, {a['groups_rejected']} "
-            f"rejected; requests {a['requests']} (cache hits {a['cache_hits']}, retries {a['retries']}, "
-            f"invalid answers {a['invalid_answers']}); tokens {a['prompt_tokens']} prompt + "
-            f"{a['completion_tokens']} completion; estimated cost ${a['estimated_cost']:.4f}",
-            file=sys.stderr,
-        )
+        code = _annotate(args, out, summary)
+        if code is not None:
+            return code
     if args.compare_gold is not None:
         agreement = compare_with_gold(read_jsonl(out), read_jsonl(args.compare_gold))
         summary["agreement_with_gold"] = agreement
@@ -316,3 +240,101 @@ def annotate_main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def _read_groups(path: str) -> list[dict]:
+    """Raw groups, every line checked up front: structure, ids (strings or integers, unique, as a
+    resume keys groups by them) and passage titles; each error names its line."""
+    from pruner_model.core.records import canonical_id, check_unique_ids, read_jsonl
+
+    groups = read_jsonl(path)
+    ids = []
+    for i, g in enumerate(groups, 1):
+        where = f"{path}:{i}"
+        if not isinstance(g.get("query"), str) or not isinstance(g.get("passages"), list) or "id" not in g:
+            raise ValueError(f"{where}: expected {{id, query, passages}}")
+        ids.append((canonical_id(g["id"], where), f"line {i}"))
+        for j, p in enumerate(g["passages"]):
+            if not isinstance(p, dict) or not isinstance(p.get("text"), str):
+                raise ValueError(f"{where}: a passage lacks a 'text' string")
+            if p.get("title") is not None and not isinstance(p["title"], str):
+                raise ValueError(f"{where}: passage {j} title must be a string")
+            if "id" in p:
+                canonical_id(p["id"], f"{where}: passage {j}")
+    check_unique_ids(ids)
+    return groups
+
+
+def _settings(args):
+    from pruner_model.annotation.settings import AnnotatorSettings
+
+    if not args.model:
+        raise ValueError("--model is required (or set OPENAI_MODEL)")
+    if args.no_wait and not args.batch_api:
+        raise ValueError("--no-wait needs --batch-api")
+    if args.max_connection_failures < 1:
+        raise ValueError("--max-connection-failures must be >= 1")
+    return AnnotatorSettings(
+        model=args.model,
+        base_url=args.base_url,
+        api_key=os.environ.get(args.api_key_env, ""),  # unset: no key, never another variable's
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        max_connection_failures=args.max_connection_failures,
+        max_invalid=args.max_invalid,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_tokens=args.max_tokens,
+        structured=args.structured,
+        price_prompt=args.price_prompt,
+        price_completion=args.price_completion,
+    )
+
+
+def _annotate(args, out: Path, summary: dict) -> int | None:
+    """Label ``--input`` into ``out`` (online or through the Batch API); fills ``summary``.
+    Returns an exit code to stop with, or None to go on."""
+    from pruner_model.annotation.batch_api import BatchFailed, BatchLabeler
+    from pruner_model.annotation.llm import Annotator, EndpointDown
+    from pruner_model.core.records import parse_shard, shard_of
+    from tqdm.auto import tqdm
+
+    settings = _settings(args)
+    groups = _read_groups(args.input)
+    if args.limit is not None:
+        groups = groups[: args.limit]
+    k, n = parse_shard(args.shard)
+    if n > 1:
+        groups = [g for g in groups if shard_of(str(g["id"]), n) == k]
+    annotator = Annotator(settings)
+    annotator.open_cache(out.with_name(out.name + ".cache.jsonl"))
+    rejects = out.with_name(out.name + ".rejects.jsonl")
+    labeler = None
+    try:
+        with tqdm(
+            total=len(groups), desc="annotating" + (f" shard {k}/{n}" if n > 1 else ""), unit="group"
+        ) as bar:
+            if args.batch_api:
+                labeler = BatchLabeler(
+                    annotator, args.batch_poll_interval, args.batch_price_factor, wait=not args.no_wait
+                )
+                acc = labeler.run(groups, out, rejects, progress=bar, inputs=[args.input])
+            else:
+                acc = annotator.run(groups, out, rejects, progress=bar, inputs=[args.input])
+    except (EndpointDown, BatchFailed) as exc:
+        write_json(out.with_name(out.name + ".stats.json"), {"accounting": annotator.acc.to_dict()})
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    summary["accounting"] = a = acc.to_dict()
+    if labeler is not None and labeler.pending:
+        print(f"batch {labeler.status}: run the same command again to collect its results", file=sys.stderr)
+        write_json(out.with_name(out.name + ".stats.json"), summary)
+        return 0
+    print(
+        f"groups: {a['groups_done']} labeled, {a['groups_skipped']} already done, {a['groups_rejected']} "
+        f"rejected; requests {a['requests']} (cache hits {a['cache_hits']}, retries {a['retries']}, "
+        f"invalid answers {a['invalid_answers']}); tokens {a['prompt_tokens']} prompt + "
+        f"{a['completion_tokens']} completion; estimated cost ${a['estimated_cost']:.4f}",
+        file=sys.stderr,
+    )
+    return None

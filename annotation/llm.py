@@ -3,7 +3,8 @@ content-hash cache, resumable append-only output, and token/cost accounting.
 
 Nothing lost, nothing paid twice:
 * labeled records are appended group by group and flushed; a re-run with the same output skips
-  the groups already there, and a half-written last line (a crash mid-write) is cut off first;
+  the groups already there, and a half-written last line that a crashed run left is cut off first
+  (only from a file the run itself was writing: :func:`pruner_model.core.records.resumable_output`);
 * every successful answer is stored in a cache keyed by (model, prompt version, query, passages),
   so the same request is never sent twice, across runs too;
 * a group whose answers stay invalid after the allowed retries goes to the rejects file with the
@@ -20,13 +21,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from pruner_model.records import resumable_output, usage_count
-
-from .agreement import compare_with_gold  # noqa: F401  (re-exported: part of this module's API)
-from .prompt import (
+from pruner_model.annotation.prompt import (
     PROMPT_VERSION,
     InvalidAnswer,
     PromptPassage,
@@ -36,53 +33,9 @@ from .prompt import (
     request_key,
     response_schema,
 )
-from .resume import drop_partial_groups, read_jsonl_lenient
-
-
-@dataclass
-class AnnotatorSettings:
-    model: str
-    base_url: str | None = None
-    api_key: str | None = None  # never logged; None: from OPENAI_API_KEY; "": send no key
-    concurrency: int = 4  # requests in flight
-    timeout: float = 60.0  # seconds per request
-    max_retries: int = 5  # transport retries (429, 5xx, timeouts, connection errors) per request
-    max_invalid: int = 2  # extra attempts when the answer is invalid
-    backoff_base: float = 0.5  # seconds; doubles each retry, with jitter
-    backoff_max: float = 30.0
-    max_prompt_tokens: int = 1500  # listwise above this estimate → one call per passage
-    temperature: float = 0.0
-    max_tokens: int = 512
-    structured: str = "auto"  # "json_schema" | "json_object" | "none" | "auto"
-    price_prompt: float = 0.0  # per million prompt tokens
-    price_completion: float = 0.0  # per million completion tokens
-    # groups in a row that fail to connect at all (connection refused or reset, not a timeout)
-    # before the run stops as "endpoint down" instead of rejecting every remaining group
-    max_connection_failures: int = 3
-
-
-@dataclass
-class Accounting:
-    groups_done: int = 0
-    groups_skipped: int = 0
-    groups_rejected: int = 0
-    requests: int = 0
-    cache_hits: int = 0
-    retries: int = 0
-    invalid_answers: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    estimated_cost: float = 0.0
-    seconds: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **kw) -> None:
-        with self.lock:
-            for k, v in kw.items():
-                setattr(self, k, getattr(self, k) + v)
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+from pruner_model.annotation.resume import drop_partial_groups, read_jsonl_lenient
+from pruner_model.annotation.settings import Accounting, AnnotatorSettings
+from pruner_model.core.records import resumable_output, usage_count
 
 
 class TransportError(RuntimeError):
@@ -250,7 +203,7 @@ class Annotator:
                 self.acc.add(invalid_answers=1)
                 last = exc
                 continue
-            self._remember(key, content)
+            self.remember(key, content)
             return labels
         raise InvalidAnswer(f"{last} (after {self.s.max_invalid + 1} answers)")
 
@@ -327,7 +280,7 @@ class Annotator:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._cache_fh = open(path, "a", encoding="utf-8")
 
-    def _remember(self, key: str, content: str) -> None:
+    def remember(self, key: str, content: str) -> None:
         with self._lock:
             self.cache[key] = content
             if self._cache_fh is not None:
@@ -357,6 +310,7 @@ class Annotator:
         ):
             return self._run(groups, output, rejects, progress)
 
+    # over 60 lines: the submit/collect loop of a thread pool: its bookkeeping (pending, unreachable, down) is shared by every branch
     def _run(self, groups: list[dict], output: Path, rejects: Path, progress) -> Accounting:
         todo = drop_partial_groups(groups, output)
         self.acc.add(groups_skipped=len(groups) - len(todo))

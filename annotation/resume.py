@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from pruner_model.records import iter_jsonl
+from pruner_model.core.records import iter_jsonl
 
 
 def read_jsonl_lenient(path: Path) -> list[dict]:

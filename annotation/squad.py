@@ -22,8 +22,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pruner_model.core.records import RecordError, read_text
+
 from pruner_model import segment
-from pruner_model.records import RecordError, read_text
 
 logger = logging.getLogger(__name__)
 BIGBENCH_VERSION = "1.0.0"
@@ -137,6 +138,7 @@ def answer_sentence_spans(context: str, answer: tuple[int, int]) -> list[list[in
     return [[u.start, u.end] for u in segment(context) if u.start < e and u.end > s]
 
 
+# over 60 lines: one pass building every query's group with its distractors; the sampling state is shared
 def build_groups(
     paragraphs: list[Paragraph],
     questions: list[Question],
@@ -173,8 +175,7 @@ def build_groups(
     index = articles = None
     if mined_distractors > 0:
         import numpy as np
-
-        from pruner_model.retrieval import TfidfIndex
+        from pruner_model.evaluation.retrieval import TfidfIndex
 
         index = TfidfIndex([p.context for p in paragraphs])
         articles = np.array([p.article for p in paragraphs])

@@ -79,7 +79,7 @@ def bench_batching_ceiling(pruner, pairs, clients: int = 8, repeats: int = 2) ->
     """In-process upper bound of what micro-batching can gain, without HTTP: queries (5 passages
     each) scored one call at a time vs ``clients`` queries per call, as the server's queue would
     group them under ``clients`` concurrent clients."""
-    from pruner_model.inference.pruner import PruneRequest
+    from pruner_model.inference.requests import PruneRequest
 
     params = pruner.selection_params()
     reqs = [PruneRequest(q, ps, params) for q, ps in groups_of(pairs)]
@@ -117,9 +117,8 @@ def gemm_peak(threads: int, size: int = 2048, seconds: float = 1.5) -> dict:
 
 def biencoder_queries_per_s(pairs, repeats: int = 1) -> float:
     """End-to-end queries/s of the bundled bi-encoder baseline scoring the same sentences."""
-    from pruner_model.inference.evaluate import biencoder_scores
-
-    from pruner_model.groups import load_groups
+    from pruner_model.evaluation.baselines import biencoder_scores
+    from pruner_model.evaluation.groups import load_groups
 
     groups = load_groups(
         [
@@ -241,7 +240,7 @@ def main() -> int:
         onnx_dir = onnx_dir or tempfile.mkdtemp(prefix="pruner-onnx-")
         print(f"exporting to {onnx_dir} ...", file=sys.stderr)
         export_onnx(args.model, onnx_dir, quantize="int8")
-    from pruner_model.precision import cpu_has_bf16, machine_info
+    from pruner_model.core.precision import cpu_has_bf16, machine_info
 
     results: dict = {
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",

@@ -1,8 +1,8 @@
 """Out-of-domain protocol: a checkpoint on nyt dev groups as they are and on the three shifted
-slices built from the same groups (pruner_model.shifts): compression at each evidence
+slices built from the same groups (pruner_model.evaluation.shifts): compression at each evidence
 level, best sentence F1, and what the checkpoint's own threshold promised vs what it kept, with
 the exact 95% interval of the share kept and a verdict: met, within chance (under the target, the
-interval reaching it) or missed (pruner_model.metrics.promise_check).
+interval reaching it) or missed (pruner_model.evaluation.statistics.promise_check).
 
     python3 benchmarks/shift_protocol.py --model runs/quickstart --start 6000 --groups 400 \
         --output reports/shift-quickstart.json
@@ -12,7 +12,7 @@ not depend on the model). Choose settings on one range of groups and report on a
 
 With two or more --model and --compare N, each later model is also compared with the first on
 the same queries: the difference of every column with its 95% interval over N resamples of the
-queries (pruner_model.metrics.paired_bootstrap), so a difference that a few hundred queries
+queries (pruner_model.evaluation.statistics.paired_bootstrap), so a difference that a few hundred queries
 cannot tell from luck shows as one:
 
     python3 benchmarks/shift_protocol.py --model runs/quickstart --model runs/qs-new \
@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.data).is_file():
         ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
 
-    from pruner_model.inference.evaluate import evaluate
+    from pruner_model.core.records import read_jsonl
+    from pruner_model.evaluation.evaluator import Evaluator
+    from pruner_model.evaluation.groups import group_of, slice_ids
+    from pruner_model.evaluation.shifts import build_slice
 
     from pruner_model import ContextPruner
-    from pruner_model.groups import group_of, slice_ids
-    from pruner_model.records import read_jsonl
-    from pruner_model.shifts import build_slice
 
     records = read_jsonl(args.data)
     keep = slice_ids((group_of(r) for r in records), args.seed, args.start, args.start + args.groups)
@@ -101,15 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         target = args.target or pruner.config.target_evidence or 0.95
         for sl, recs in slices.items():
             t0 = time.perf_counter()
-            rep, groups = evaluate(
-                pruner,
+            ev = Evaluator(
                 recs,
                 target=target,
                 baselines=baselines if name == "baselines" else (),
                 pipeline=False,
                 thresholds=dict((k, float(v)) for k, v in (t.split("=", 1) for t in args.threshold)),
-                return_groups=True,
-            )
+            ).evaluate(pruner)
+            rep, groups = ev.report, ev.systems
             if name != "baselines":
                 scored[(model, sl)] = groups["pruner"]
             wanted = {k: v for k, v in rep["systems"].items() if (k != "pruner") == (name == "baselines")}
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_table(models, slices, scored, samples, seed) -> dict:
     """Print, and return, each later model against the first on every slice (paired bootstrap)."""
-    from pruner_model.metrics import paired_bootstrap
+    from pruner_model.evaluation.statistics import paired_bootstrap
 
     first, out = models[0], {}
     keys = [f"comp@{t}" for t in TARGETS] + ["best_f1"]

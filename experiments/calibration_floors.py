@@ -37,7 +37,7 @@ def main() -> int:
     )
     ap.add_argument("--seed", type=int, default=0, help="the training config's data.seed")
     args = ap.parse_args()
-    from pruner_model.metrics import check_relevance_exponent
+    from pruner_model.core.score_rules import check_relevance_exponent
 
     if not (Path(args.model) / "config.json").is_file():
         ap.error(f"no checkpoint at {args.model} (config.json missing)")
@@ -55,19 +55,14 @@ def main() -> int:
     except ValueError as exc:
         ap.error(f"--floors / --exponents: {exc}")
 
+    from pruner_model.evaluation.calibration import calibrate_operating_point, cross_validate
+    from pruner_model.evaluation.groups import load_slice
+    from pruner_model.evaluation.metrics import metrics_at, relative_groups, weighted_groups
+    from pruner_model.evaluation.scorer import score_groups
     from pruner_model.training.data import read_records
-    from pruner_model.training.evaluation import build_dev_set, score_dev
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerModel
-    from pruner_model.groups import load_slice
-    from pruner_model.metrics import (
-        calibrate_operating_point,
-        cross_validate,
-        metrics_at,
-        relative_groups,
-        weighted_groups,
-    )
 
     model = PrunerModel.from_pretrained(args.model).eval()
     tok = AutoTokenizer.from_pretrained(args.model)
@@ -78,14 +73,8 @@ def main() -> int:
     slices = {"calibration": (0, n_cal), "report": (start, start + args.report_groups)}
     scored = {}
     for name, (a, b) in slices.items():
-        dev = build_dev_set(
-            load_slice(records, args.seed, a, b, mc.segmenter_language, mc.segmenter_structure),
-            tok,
-            mc.max_length,
-            mc.stride,
-            mc.max_query_length,
-        )
-        scored[name], _ = score_dev(model, dev, pad_id=tok.pad_token_id or 0)
+        groups = load_slice(records, args.seed, a, b, mc.segmenter_language, mc.segmenter_structure)
+        scored[name] = score_groups(model, groups, tok).groups
     print(
         f"target evidence {args.target}; threshold calibrated on groups 0-{n_cal - 1}, "
         f"measured on groups {start}-{start + args.report_groups - 1}"

@@ -42,8 +42,8 @@ def _range(text: str) -> tuple[int, int]:
 
 def slice_groups(records: list[dict], name: str, a: int, b: int, seed: int, cfg) -> list:
     """Groups ``a``..``b`` of the seeded permutation built as slice ``name``, segmented as the model scores."""
-    from pruner_model.groups import group_of, load_groups, slice_ids
-    from pruner_model.shifts import build_slice
+    from pruner_model.evaluation.groups import group_of, load_groups, slice_ids
+    from pruner_model.evaluation.shifts import build_slice
 
     keep = slice_ids((group_of(r) for r in records), seed, a, b)
     return load_groups(
@@ -55,7 +55,8 @@ def score_slices(
     model: str, records: list[dict], plan: list[tuple[str, str, int, int]], seed: int, dtype
 ) -> dict:
     """``{(part, slice): [ScoredGroup]}`` with relevance-weighted (not yet relative) scores."""
-    from pruner_model.inference.evaluate import _scored, model_scores
+    from pruner_model.evaluation.metrics import weighted_groups
+    from pruner_model.evaluation.scorer import score_groups
 
     from pruner_model import ContextPruner
 
@@ -64,8 +65,8 @@ def score_slices(
     out = {}
     for part, name, a, b in plan:
         groups = slice_groups(records, name, a, b, seed, pruner.config)
-        scored, _ = model_scores(pruner, groups)
-        out[(part, name)] = [_scored(g, s, t) for g, (s, t) in zip(groups, scored)]
+        exponent = pruner.config.relevance_exponent
+        out[(part, name)] = weighted_groups(score_groups(pruner, groups).groups, exponent)
         print(f"scored {part} {name}: {len(groups)} groups", file=sys.stderr)
     return out
 
@@ -73,7 +74,7 @@ def score_slices(
 def top_overlap(records: list[dict], plan, seed: int, cfg, scores: dict) -> dict:
     """``{(part, slice): array}``: content words each query shares with its best-scoring sentence
     (known at inference time, unlike the answer's overlap that defines the low-overlap slice)."""
-    from pruner_model.groups import content_words
+    from pruner_model.evaluation.groups import content_words
 
     out = {}
     for part, name, a, b in plan:
@@ -123,7 +124,8 @@ def confidence_bins(cal: dict, bins: int):
 def fit(cal: dict, cal_bins: dict, floor, aim: float, bins: int, min_queries: int = 20) -> np.ndarray:
     """Each bin's threshold: the lowest that meets the target on every calibration slice with at
     least ``min_queries`` queries of that bin (the all-slices threshold where none has)."""
-    from pruner_model.metrics import relative_groups, slices_threshold
+    from pruner_model.evaluation.calibration import slices_threshold
+    from pruner_model.evaluation.metrics import relative_groups
 
     overall = slices_threshold([relative_groups(gs, floor) for gs in cal.values()], aim)
     out = []
@@ -137,7 +139,7 @@ def fit(cal: dict, cal_bins: dict, floor, aim: float, bins: int, min_queries: in
 
 
 def judge(groups, bins: np.ndarray, floor, thresholds: np.ndarray) -> tuple[float, float]:
-    from pruner_model.metrics import metrics_at, relative_groups
+    from pruner_model.evaluation.metrics import metrics_at, relative_groups
 
     rel = relative_groups(groups, floor)
     m = metrics_at(rel, float("nan"), [r.scores >= thresholds[k] for r, k in zip(rel, bins)])
@@ -183,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     c, ch = args.calibration, args.choice
     if max(c) > min(ch[0], args.low_overlap_choice[0]):
         ap.error("the choice groups must come after the calibration groups")
+    from pruner_model.core.records import read_jsonl
+
     from pruner_model import PrunerConfig
-    from pruner_model.records import read_jsonl
 
     cfg = PrunerConfig.from_pretrained(args.model)
     floor, target = cfg.relative_floor, args.target or cfg.target_evidence or 0.95

@@ -65,6 +65,8 @@ def main() -> int:
 
     import numpy as np
     import onnx
+    from pruner_model.core.records import read_jsonl
+    from pruner_model.evaluation.groups import load_slice
     from pruner_model.inference.onnx_backend import OnnxBackend
     from pruner_model.inference.onnx_export import (
         int8_agreement,
@@ -76,8 +78,6 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerConfig
-    from pruner_model.groups import load_slice
-    from pruner_model.records import read_jsonl
 
     tok = AutoTokenizer.from_pretrained(str(src))
     cfg = PrunerConfig.from_pretrained(str(src))

@@ -1,8 +1,9 @@
 """Inference: `ContextPruner` over interchangeable backends, typed results, selection steps."""
 
-from .pruner import ContextPruner, PassageScores, PruneRequest, RankedPassage
-from .results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
-from .selection import SelectionParams
+from pruner_model.inference.pruner import ContextPruner, PassageScores, RankedPassage
+from pruner_model.inference.requests import PruneRequest
+from pruner_model.inference.results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
+from pruner_model.inference.settings import SelectionParams
 
 __all__ = [
     "ContextPruner",

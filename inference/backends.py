@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-
-from pruner_model.precision import autocast_dtype, resolve_precision
+from pruner_model.core.precision import autocast_dtype, resolve_precision
 
 
 class Backend(Protocol):
@@ -28,7 +27,7 @@ class TorchBackend:
     ``dtype``: ``None`` or ``"fp32"`` (the weights' precision), ``"auto"`` (bf16 where it is
     native: a GPU with bf16, a CPU with AVX-512 BF16 or AMX; else fp32), ``"bf16"`` or ``"fp16"``
     (GPU only) under autocast. bf16 on a CPU without native bf16 is refused: it would be emulated,
-    tens of times slower (:mod:`pruner_model.precision`)."""
+    tens of times slower (:mod:`pruner_model.core.precision`)."""
 
     name = "torch"
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pruner_model.records import (
+from pruner_model.core.records import (
     RecordError,
     canonical_id,
     check_unique_ids,
@@ -50,6 +50,7 @@ def read_groups(input_path: Path) -> list[tuple[int, str, str, list]]:
     return groups
 
 
+# over 60 lines: the batch loop's writer, fallback and progress share the run's counters
 def prune_file(
     pruner,
     input_path: str | Path,

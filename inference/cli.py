@@ -7,9 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from pruner_model.records import RecordError, atomic_open, iter_jsonl, read_text
-
-from .selection import SelectionParams, add_selection_arguments, selection_overrides
+from pruner_model.core.records import RecordError, atomic_open, iter_jsonl, read_text
+from pruner_model.inference.settings import SelectionParams, add_selection_arguments, selection_overrides
 
 
 def load_passages(path: str | Path) -> list:
@@ -62,9 +61,8 @@ def add_precision_argument(p: argparse.ArgumentParser) -> None:
 def load_pruner(model_dir: Path, args, **kwargs):
     """``ContextPruner.from_pretrained`` with the CLI's backend and ``--dtype``; says on stderr
     what ``--dtype`` resolved to on this machine."""
-    from pruner_model.precision import machine_info
-
-    from .pruner import ContextPruner
+    from pruner_model.core.precision import machine_info
+    from pruner_model.inference.pruner import ContextPruner
 
     dtype = getattr(args, "dtype", None)
     extra = {"dtype": dtype} if dtype else {}
@@ -108,9 +106,8 @@ def _prune_parser() -> argparse.ArgumentParser:
 
 
 def _prune_file_main(args, overrides: dict) -> int:
-    from pruner_model.records import parse_shard
-
-    from .batch import prune_file
+    from pruner_model.core.records import parse_shard
+    from pruner_model.inference.batch import prune_file
 
     if args.query is not None or args.passages is not None:
         raise ValueError("--input (batch mode) replaces --query/--passages")
@@ -150,7 +147,7 @@ def prune_main(argv: list[str] | None = None) -> int:
     if args.format == "json":
         out = json.dumps(result.to_dict(), indent=2, ensure_ascii=False)
     elif args.format == "html":
-        from .html import render_html
+        from pruner_model.inference.html import render_html
 
         out = render_html(result)
     else:
@@ -205,11 +202,11 @@ def export_main(argv: list[str] | None = None) -> int:
     if args.calibration_data is not None:
         if args.quantize != "int8":
             raise ValueError("--calibration-data goes with --quantize int8")
-        from pruner_model.records import read_jsonl, validate_labeled
+        from pruner_model.core.records import read_jsonl, validate_labeled
 
         path = args.calibration_data
         calibration = [validate_labeled(r, f"{path}:{i}") for i, r in enumerate(read_jsonl(path), 1)]
-    from .onnx_export import export_onnx
+    from pruner_model.inference.onnx_export import export_onnx
 
     report = export_onnx(
         model_dir,
@@ -242,7 +239,7 @@ def export_main(argv: list[str] | None = None) -> int:
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    from .server import ServerLimits
+    from pruner_model.inference.server import ServerLimits
 
     LIMITS = ServerLimits()  # noqa: N806  the defaults, written once there
     p = argparse.ArgumentParser(
@@ -320,9 +317,8 @@ def serve_main(argv: list[str] | None = None) -> int:
         raise ValueError("--deadline and --header-timeout must be > 0 and --max-wait-ms >= 0")
     model_dir = existing_model_dir(args.model)
     import uvicorn
-
-    from .http_protocol import protocol_with_header_timeout
-    from .server import ServerLimits, create_app
+    from pruner_model.inference.http_protocol import protocol_with_header_timeout
+    from pruner_model.inference.server import ServerLimits, create_app
 
     pruner = load_pruner(model_dir, args, device=args.device, quantized=args.quantized)
     limits = ServerLimits(

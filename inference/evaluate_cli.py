@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cli import add_precision_argument, existing_model_dir, load_pruner
+from pruner_model.inference.cli import add_precision_argument, existing_model_dir, load_pruner
 
 
 def _evaluate_parser() -> argparse.ArgumentParser:
@@ -62,56 +62,81 @@ def _evaluate_parser() -> argparse.ArgumentParser:
 
 def evaluate_main(argv: list[str] | None = None) -> int:
     args = _evaluate_parser().parse_args(argv)
-    if not 0 < args.target_evidence <= 1:
-        raise ValueError("--target-evidence must be in (0, 1]")
-    from pruner_model.metrics import check_confidence
-
-    try:
-        check_confidence(args.confidence)
-    except ValueError as exc:
-        raise ValueError(f"--{exc}") from None
+    settings = _check_arguments(args)
     model_dir = existing_model_dir(args.model)
-    from pruner_model.records import read_jsonl, validate_labeled, write_json
-
-    if args.max_groups < 0 or args.start < 0:
-        raise ValueError("--max-groups and --start must be >= 0")
-    if args.slice is not None:
-        from pruner_model.shifts import slice_parts
-
-        slice_parts(args.slice)  # an unknown slice fails before the data is read
-    records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
-    from .evaluate import BASELINES, evaluate, plot_curves, write_markdown
-
-    baselines = tuple(b for b in args.baselines.split(",") if b and b != "none")
-    unknown = sorted(set(baselines) - set(BASELINES))
-    if unknown:
-        raise ValueError(f"unknown baseline {unknown[0]!r} (choose from {', '.join(BASELINES)})")
-    budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    records = _read_records(args)
+    from pruner_model.evaluation.evaluator import evaluate
     from tqdm.auto import tqdm
 
-    max_groups = args.max_groups or None
-    if args.slice is not None:
-        from pruner_model.groups import group_of, slice_ids
-        from pruner_model.shifts import build_slice
-
-        stop = None if max_groups is None else args.start + max_groups
-        keep = slice_ids((group_of(r) for r in records), args.seed, args.start, stop)
-        records = build_slice(args.slice, records, args.seed, keep)
-        max_groups, args.start = None, 0
     pruner = load_pruner(model_dir, args, quantized=args.quantized)
     report = evaluate(
         pruner,
         records,
         target=args.target_evidence,
-        max_groups=max_groups,
-        start=args.start,
         seed=args.seed,
-        baselines=baselines,
-        budgets=budgets,
         confidence=args.confidence,
         progress_factory=lambda n, desc: tqdm(total=n, desc=desc, unit="query"),
+        **settings,
     )
-    from pruner_model.precision import machine_info
+    out = _write_report(args, pruner, report)
+    if args.write_threshold:
+        _write_threshold(model_dir, pruner, float(report["recommended_threshold"]), args.target_evidence)
+    print((out / "report.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def _check_arguments(args) -> dict:
+    """Every argument checked before the data or the model is read; the evaluator's settings."""
+    from pruner_model.evaluation.baselines import BASELINES
+    from pruner_model.evaluation.statistics import check_confidence
+
+    if not 0 < args.target_evidence <= 1:
+        raise ValueError("--target-evidence must be in (0, 1]")
+    try:
+        check_confidence(args.confidence)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
+    if args.max_groups < 0 or args.start < 0:
+        raise ValueError("--max-groups and --start must be >= 0")
+    if args.slice is not None:
+        from pruner_model.evaluation.shifts import slice_parts
+
+        slice_parts(args.slice)  # an unknown slice fails before the data is read
+    baselines = tuple(b for b in args.baselines.split(",") if b and b != "none")
+    unknown = sorted(set(baselines) - set(BASELINES))
+    if unknown:
+        raise ValueError(f"unknown baseline {unknown[0]!r} (choose from {', '.join(BASELINES)})")
+    budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    if args.slice is not None:  # the slice is built from the selected groups: evaluate all of it
+        return {"baselines": baselines, "budgets": budgets}
+    return {
+        "baselines": baselines,
+        "budgets": budgets,
+        "max_groups": args.max_groups or None,
+        "start": args.start,
+    }
+
+
+def _read_records(args) -> list[dict]:
+    """The labeled records, as a shifted slice of the selected groups with ``--slice``."""
+    from pruner_model.core.records import read_jsonl, validate_labeled
+
+    records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
+    if args.slice is None:
+        return records
+    from pruner_model.evaluation.groups import group_of, slice_ids
+    from pruner_model.evaluation.shifts import build_slice
+
+    stop = None if not args.max_groups else args.start + args.max_groups
+    keep = slice_ids((group_of(r) for r in records), args.seed, args.start, stop)
+    return build_slice(args.slice, records, args.seed, keep)
+
+
+def _write_report(args, pruner, report: dict) -> Path:
+    """report.json (with the encoder and machine), report.md and curve.png; one line on stderr."""
+    from pruner_model.core.precision import machine_info
+    from pruner_model.core.records import write_json
+    from pruner_model.evaluation.report import plot_curves, write_markdown
 
     report["encoder"] = {
         "backend": pruner.backend.name,
@@ -127,24 +152,24 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     sure = "" if args.confidence is None else f" with confidence {args.confidence}"
     print(
         f"recommended threshold {report['recommended_threshold']:.4f} for evidence ≥ {args.target_evidence}"
-        f"{sure}: "
-        f"evidence preserved {op['evidence_preserved']:.3f}, compression {op['compression']:.3f} "
+        f"{sure}: evidence preserved {op['evidence_preserved']:.3f}, compression {op['compression']:.3f} "
         f"(report in {out})",
         file=sys.stderr,
     )
-    if args.write_threshold:
-        from pruner_model import PrunerConfig
+    return out
 
-        cfg = PrunerConfig.from_pretrained(str(model_dir))
-        value = float(report["recommended_threshold"])
-        # the threshold was measured on this backend's scores: int8 scores get the int8 threshold
-        key = "int8_threshold" if pruner.precision == "int8" else "threshold"
-        setattr(cfg, key, value)
-        cfg.target_evidence = args.target_evidence  # the promise the written threshold keeps
-        cfg.save_pretrained(str(model_dir))
-        print(
-            f"wrote {key} {value:.4f} (evidence target {args.target_evidence}) into {model_dir / 'config.json'}",
-            file=sys.stderr,
-        )
-    print((out / "report.md").read_text(encoding="utf-8"))
-    return 0
+
+def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:
+    """The recommended threshold into the folder's config.json, with the target it keeps; the
+    threshold was measured on this backend's scores, so int8 scores get the int8 threshold."""
+    from pruner_model import PrunerConfig
+
+    cfg = PrunerConfig.from_pretrained(str(model_dir))
+    key = "int8_threshold" if pruner.precision == "int8" else "threshold"
+    setattr(cfg, key, value)
+    cfg.target_evidence = target
+    cfg.save_pretrained(str(model_dir))
+    print(
+        f"wrote {key} {value:.4f} (evidence target {target}) into {model_dir / 'config.json'}",
+        file=sys.stderr,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from .results import PruneResult
+from pruner_model.inference.results import PruneResult
 
 _STYLE = """
 .pruner{font-family:system-ui,sans-serif;max-width:60rem;line-height:1.5}

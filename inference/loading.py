@@ -28,3 +28,25 @@ def resolve_model_path(path: str | Path) -> Path:
 
 def is_onnx_folder(path: Path) -> bool:
     return (path / "model.onnx").exists() and not (path / "model.safetensors").exists()
+
+
+def load_config(path: Path):
+    """The folder's ``PrunerConfig``, or a one-line ValueError naming what is wrong with it."""
+    from pruner_model import PrunerConfig
+
+    try:
+        return PrunerConfig.from_pretrained(str(path))
+    except (ValueError, TypeError, OSError) as exc:  # json errors are ValueErrors
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path / 'config.json'}: not a usable pruner config ({msg})") from None
+
+
+def load_tokenizer(path: Path):
+    """The folder's tokenizer, or a one-line ValueError (a broken or dangling tokenizer.json)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (ValueError, TypeError, OSError) as exc:  # a broken or dangling tokenizer.json
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: the tokenizer files cannot be read ({msg})") from None

@@ -16,9 +16,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
-from pruner_model.records import atomic_path
-from pruner_model.scoring import pad_rows, pad_value
+from pruner_model.core.records import atomic_path
+from pruner_model.core.scoring import pad_rows, pad_value
 
 # encoder families whose attention/LayerNorm/GELU subgraphs onnxruntime's transformer optimizer
 # fuses (the "bert" fusions match BERT-like encoders exported with eager attention)
@@ -115,6 +114,7 @@ def _eager_attention(model) -> None:
 EXPORT_FILES = ("model.onnx", "export_report.json")  # what marks a folder as an export of ours
 
 
+# over 60 lines: mostly the staging-and-swap guard around one call and its two one-line failures
 def export_onnx(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -197,6 +197,7 @@ def _swap_in(staging: Path, output_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+# over 60 lines: export, fuse, save, quantize, validate: one linear sequence of the export's steps
 def _export_into(
     model_dir: Path,
     output_dir: Path,
@@ -210,10 +211,10 @@ def _export_into(
     """Write the export into the (empty, staging) ``output_dir``; returns the report, which says
     whether validation passed (``fp32_ok``, ``int8_ok``). A failed int8 file is removed."""
     import torch
+    from pruner_model.core.records import write_json
     from transformers import AutoTokenizer
 
     from pruner_model import PrunerModel
-    from pruner_model.records import write_json
 
     model = PrunerModel.from_pretrained(str(model_dir)).eval()
     if fuse:
@@ -292,11 +293,11 @@ def keep_decisions(pruner, items) -> np.ndarray:
 def validate_export(model, tokenizer, output_dir: Path, with_int8: bool) -> dict:
     """Score the validation pairs through the one scoring path with torch and with the exported
     graph; token probabilities and passage relevance must agree within ``FP32_TOLERANCE``."""
-    from pruner_model import segment
-    from pruner_model.alignment import unit_bounds
-    from pruner_model.scoring import score_pairs
+    from pruner_model.core.alignment import unit_bounds
+    from pruner_model.core.scoring import score_pairs
+    from pruner_model.inference.onnx_backend import OnnxBackend
 
-    from .onnx_backend import OnnxBackend
+    from pruner_model import segment
 
     ort = OnnxBackend.from_pretrained(output_dir, device="cpu")
     queries = [q for q in VALIDATION_QUERIES for _ in VALIDATION_PASSAGES]
@@ -328,13 +329,15 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
     keeps evidence within 0.5 point and compression within 1 point of fp32. The threshold is
     stored as ``int8_threshold`` in the export's config, which ``--quantized`` loading uses.
     """
-    from pruner_model import PrunerConfig
-    from pruner_model.groups import load_slice
-    from pruner_model.metrics import calibrate_threshold, metrics_at, relative_groups
+    from pruner_model.evaluation.calibration import calibrate_threshold
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.groups import load_slice
+    from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.inference.onnx_backend import OnnxBackend
+    from pruner_model.inference.pruner import ContextPruner
 
-    from .evaluate import _scored, model_scores
-    from .onnx_backend import OnnxBackend
-    from .pruner import ContextPruner
+    from pruner_model import PrunerConfig
 
     labeled = load_slice(records, 0, 0, groups, config.segmenter_language, config.segmenter_structure)
     if not any(g.has_evidence for g in labeled):
@@ -345,8 +348,7 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
         pruner = ContextPruner(
             OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=quantized), tokenizer, config
         )
-        scored, _ = model_scores(pruner, labeled)
-        out[name] = relative_groups([_scored(g, s, t) for g, (s, t) in zip(labeled, scored)], floor)
+        out[name] = with_score_rules(score_groups(pruner, labeled).groups, config.relevance_exponent, floor)
     fp32 = metrics_at(out["fp32"], config.threshold)
     t8 = calibrate_threshold(out["int8"], fp32["evidence_preserved"])
     int8 = metrics_at(out["int8"], t8)
@@ -377,8 +379,8 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
 
 def int8_agreement(output_dir: Path, tokenizer, config, items=None) -> dict:
     """Share of sentences whose keep/drop decision under int8 equals fp32's, on sample items."""
-    from .onnx_backend import OnnxBackend
-    from .pruner import ContextPruner
+    from pruner_model.inference.onnx_backend import OnnxBackend
+    from pruner_model.inference.pruner import ContextPruner
 
     if items is None:
         items = [(q, VALIDATION_PASSAGES) for q in VALIDATION_QUERIES]

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-
-from pruner_model import PrunerConfig, segment
-from pruner_model.alignment import unit_bounds
-from pruner_model.configuration import check_fits
-from pruner_model.metrics import relevance_weighted
-from pruner_model.scoring import PairScores, score_pairs
-
-from .backends import Backend, TorchBackend
-from .loading import is_onnx_folder, resolve_model_path
-from .requests import PassageInput, PruneRequest, _check_text, _Passage  # noqa: F401  (PruneRequest: public here too)
-from .results import (
+from pruner_model.core.alignment import unit_bounds
+from pruner_model.core.configuration import check_fits
+from pruner_model.core.score_rules import relevance_weighted
+from pruner_model.core.scoring import PairScores, score_pairs
+from pruner_model.inference.backends import Backend, TorchBackend
+from pruner_model.inference.loading import is_onnx_folder, load_config, load_tokenizer, resolve_model_path
+from pruner_model.inference.requests import (
+    PassageInput,
+    PreparedPassage,
+    PruneRequest,
+    check_query,
+    prepare_passages,
+)
+from pruner_model.inference.results import (
     PassageResult,
     PassageScores,
     PruneResult,
@@ -30,27 +33,12 @@ from .results import (
     join_spans,
     with_timings,
 )
-from .selection import SelectionParams, Units, merge_spans, select, uncertainty
+from pruner_model.inference.selection import Units, merge_spans, select, uncertainty
+from pruner_model.inference.settings import SelectionParams
+
+from pruner_model import PrunerConfig
 
 _DEFAULT_PARAMS = SelectionParams()  # frozen: shared by every call that passes no params
-
-
-def _load_config(path: Path) -> PrunerConfig:
-    try:
-        return PrunerConfig.from_pretrained(str(path))
-    except (ValueError, TypeError, OSError) as exc:  # json errors are ValueErrors
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path / 'config.json'}: not a usable pruner config ({msg})") from None
-
-
-def _load_tokenizer(path: Path):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(path))
-    except (ValueError, TypeError, OSError) as exc:  # a broken or dangling tokenizer.json
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: the tokenizer files cannot be read ({msg})") from None
 
 
 class ContextPruner:
@@ -103,8 +91,8 @@ class ContextPruner:
         path = resolve_model_path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no pruner checkpoint at {path} (config.json missing)")
-        config = _load_config(path)
-        tokenizer = _load_tokenizer(path)
+        config = load_config(path)
+        tokenizer = load_tokenizer(path)
         check_fits(config, tokenizer, str(path))
         if backend == "auto":
             backend = "onnx" if is_onnx_folder(path) else "torch"
@@ -118,7 +106,7 @@ class ContextPruner:
                 )
             impl: Backend = TorchBackend.from_pretrained(path, device=device, **backend_kwargs)
         elif backend == "onnx":
-            from .onnx_backend import OnnxBackend
+            from pruner_model.inference.onnx_backend import OnnxBackend
 
             if backend_kwargs.pop("dtype", None) not in (None, "auto", "fp32"):
                 raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
@@ -272,48 +260,30 @@ class ContextPruner:
         _, passages = self._prepare(request)
         return replace(request, prepared=passages)
 
+    def keep_masks(
+        self, items: Sequence[tuple[str, Sequence[PassageInput]]], settings: Sequence[SelectionParams]
+    ) -> list[list[np.ndarray]]:
+        """The keep/drop decision of every unit of each ``(query, passages)`` under each of
+        ``settings``: ``masks[k][i]`` for setting ``k`` and item ``i``, units in passage order.
+        Every setting of a query rides in one run, so the encoder sees each query once."""
+        masks: list[list[np.ndarray]] = [[] for _ in settings]
+        step = max(1, self.batch_size // 2)
+        for b in range(0, len(items), step):
+            chunk = items[b : b + step]
+            results = self.run([PruneRequest(q, ps, sp) for sp in settings for q, ps in chunk])
+            for k in range(len(settings)):
+                for r in results[k * len(chunk) : (k + 1) * len(chunk)]:
+                    kept = [np.array([s.kept for s in p.sentences], dtype=bool) for p in r.passages]
+                    masks[k].append(np.concatenate(kept) if kept else np.zeros(0, dtype=bool))
+        return masks
+
     # ------------------------------------------------------------------ steps
-    def _prepare(self, request: PruneRequest) -> tuple[str, list[_Passage]]:
-        return self._check_query(request.query), self._prepare_passages(request.passages)
+    def _prepare(self, request: PruneRequest) -> tuple[str, list[PreparedPassage]]:
+        cfg = self.config
+        passages = prepare_passages(request.passages, cfg.segmenter_language, cfg.segmenter_structure)
+        return check_query(request.query), passages
 
-    @staticmethod
-    def _check_query(query) -> str:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be a string, got {type(query).__name__}")
-        if not query.strip():
-            raise ValueError("query is empty")
-        _check_text(query, "query")
-        return query
-
-    def _prepare_passages(self, passages) -> list[_Passage]:
-        if isinstance(passages, str | Mapping):
-            passages = [passages]
-        out = []
-        for i, p in enumerate(passages):
-            if isinstance(p, str):
-                pid, title, text = str(i), None, p
-            elif isinstance(p, Mapping):
-                if not isinstance(p.get("text"), str):
-                    raise ValueError(f"passage {i} has no 'text' string")
-                pid, title, text = p.get("id", i), p.get("title"), p["text"]
-                if isinstance(pid, bool) or not isinstance(pid, str | int):
-                    raise TypeError(
-                        f"passage {i} id must be a string or an integer, got {type(pid).__name__}"
-                    )
-                if title is not None and not isinstance(title, str):
-                    raise TypeError(f"passage {i} title must be a string, got {type(title).__name__}")
-                pid = str(pid)
-                _check_text(pid, f"passage {i} id")
-            else:
-                raise TypeError(f"passage {i} must be a string or a dict with 'text'")
-            _check_text(text, f"passage {i}")
-            if title is not None:
-                _check_text(title, f"passage {i} title")
-            units = segment(text, self.config.segmenter_language, self.config.segmenter_structure)
-            out.append(_Passage(pid, title, text, units))
-        return out
-
-    def _score(self, queries: list[str], passages: list[_Passage]) -> tuple[list[PairScores], float]:
+    def _score(self, queries: list[str], passages: list[PreparedPassage]) -> tuple[list[PairScores], float]:
         """Every (query, passage) pair through the one scoring path; sentence scores weighted by
         the passage relevance when the checkpoint has a relevance exponent."""
         out = score_pairs(
@@ -333,77 +303,87 @@ class ContextPruner:
         return out.pairs, out.encoder_seconds
 
     def _select(self, query, passages, qi, by_pair, params: SelectionParams) -> PruneResult:
-        scores, passage_ix, paragraph, heading, tokens, texts, starts, ends = ([] for _ in range(8))
-        relevance = np.zeros(len(passages))
-        offset = 0
-        for pi, p in enumerate(passages):
-            sc = by_pair.get((qi, pi))
-            if sc is None:  # empty passage
-                continue
-            relevance[pi] = sc.relevance
-            for k, u in enumerate(p.units):
-                scores.append(sc.scores[k])
-                tokens.append(sc.tokens[k])
-                passage_ix.append(pi)
-                paragraph.append(u.paragraph)
-                heading.append(-1 if u.heading is None else offset + u.heading)
-                texts.append(p.text[u.start : u.end])
-                starts.append(u.start)
-                ends.append(u.end)
-            offset += len(p.units)
-        units = Units(
-            scores=np.asarray(scores, dtype=np.float64),
-            passage=np.asarray(passage_ix, dtype=np.int64),
-            paragraph=np.asarray(paragraph, dtype=np.int64),
-            heading=np.asarray(heading, dtype=np.int64),
-            tokens=np.asarray(tokens, dtype=np.int64),
-            texts=texts,
-            relevance=relevance,
-        )
+        """Selection over the units of one query's passages, then the typed result."""
+        units, starts, ends = _units(passages, [by_pair.get((qi, pi)) for pi in range(len(passages))])
         keep, removed = select(units, params)
         confidence, uncertain = uncertainty(units, params.uncertain_below)
-        starts_a, ends_a = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-        results, pieces = [], []
-        for pi, p in enumerate(passages):
-            sel = units.passage == pi
-            spans = merge_spans(starts_a[sel], ends_a[sel], units.scores[sel], keep[sel])
-            sentences = tuple(
-                SentenceResult(k, u.start, u.end, float(s), bool(kp), u.kind, int(t))
-                for k, (u, s, kp, t) in enumerate(
-                    zip(p.units, units.scores[sel], keep[sel], units.tokens[sel])
-                )
-            )
-            text = join_spans(p.text, spans)
-            if text:
-                pieces.append(text)
-            results.append(
-                PassageResult(
-                    id=p.id,
-                    title=p.title,
-                    text=text,
-                    spans=tuple(Span(*s) for s in spans),
-                    sentences=sentences,
-                    relevance=float(relevance[pi]),
-                    original_length=len(p.text),
-                    source_text=p.text,
-                )
-            )
-        tokens_in = int(units.tokens.sum())
-        tokens_out = int(units.tokens[keep].sum())
-        stats = PruneStats(
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            compression=1.0 - tokens_out / tokens_in if tokens_in else 0.0,
-            sentences_in=len(units),
-            sentences_out=int(keep.sum()),
-            duplicates_removed=removed,
-            encoder_seconds=0.0,
-            postprocess_seconds=0.0,
-            confidence=confidence,
-            uncertain=uncertain,
-            tokens_saved=tokens_in - tokens_out,
-            cost_saved=None
-            if params.price_per_million_tokens is None
-            else (tokens_in - tokens_out) / 1e6 * params.price_per_million_tokens,
+        results = [_passage_result(p, units, keep, starts, ends, pi) for pi, p in enumerate(passages)]
+        stats = _stats(units, keep, removed, confidence, uncertain, params)
+        text = "\n\n".join(r.text for r in results if r.text)
+        return PruneResult(query, text, tuple(results), stats, params.threshold)
+
+
+def _units(passages: list[PreparedPassage], scores: list[PairScores | None]):
+    """The units of one query's passages, flattened in document order, as the arrays selection
+    works on; also each unit's ``(starts, ends)`` in its passage. An empty passage has no scores."""
+    parts, offset = [], 0
+    relevance = np.zeros(len(passages))
+    for pi, (p, sc) in enumerate(zip(passages, scores)):
+        if sc is None:
+            continue
+        relevance[pi] = sc.relevance
+        n = len(p.units)
+        heading = [-1 if u.heading is None else offset + u.heading for u in p.units]
+        parts.append(
+            (sc.scores[:n], sc.tokens[:n], np.full(n, pi), [u.paragraph for u in p.units], heading, p)
         )
-        return PruneResult(query, "\n\n".join(pieces), tuple(results), stats, params.threshold)
+        offset += n
+
+    def cat(k, dtype):
+        return (
+            np.concatenate([np.asarray(part[k], dtype=dtype) for part in parts])
+            if parts
+            else np.zeros(0, dtype)
+        )
+
+    units = Units(
+        scores=cat(0, np.float64),
+        passage=cat(2, np.int64),
+        paragraph=cat(3, np.int64),
+        heading=cat(4, np.int64),
+        tokens=cat(1, np.int64),
+        texts=[p.text[u.start : u.end] for *_, p in parts for u in p.units],
+        relevance=relevance,
+    )
+    starts = np.array([u.start for *_, p in parts for u in p.units], dtype=np.int64)
+    ends = np.array([u.end for *_, p in parts for u in p.units], dtype=np.int64)
+    return units, starts, ends
+
+
+def _passage_result(p: PreparedPassage, units: Units, keep, starts, ends, pi: int) -> PassageResult:
+    sel = units.passage == pi
+    spans = merge_spans(starts[sel], ends[sel], units.scores[sel], keep[sel])
+    sentences = tuple(
+        SentenceResult(k, u.start, u.end, float(s), bool(kp), u.kind, int(t))
+        for k, (u, s, kp, t) in enumerate(zip(p.units, units.scores[sel], keep[sel], units.tokens[sel]))
+    )
+    return PassageResult(
+        id=p.id,
+        title=p.title,
+        text=join_spans(p.text, spans),
+        spans=tuple(Span(*s) for s in spans),
+        sentences=sentences,
+        relevance=float(units.relevance[pi]),
+        original_length=len(p.text),
+        source_text=p.text,
+    )
+
+
+def _stats(units: Units, keep, removed: int, confidence: float, uncertain: bool, params) -> PruneStats:
+    tokens_in = int(units.tokens.sum())
+    tokens_out = int(units.tokens[keep].sum())
+    price = params.price_per_million_tokens
+    return PruneStats(
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        compression=1.0 - tokens_out / tokens_in if tokens_in else 0.0,
+        sentences_in=len(units),
+        sentences_out=int(keep.sum()),
+        duplicates_removed=removed,
+        encoder_seconds=0.0,
+        postprocess_seconds=0.0,
+        confidence=confidence,
+        uncertain=uncertain,
+        tokens_saved=tokens_in - tokens_out,
+        cost_saved=None if price is None else (tokens_in - tokens_out) / 1e6 * price,
+    )

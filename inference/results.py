@@ -6,8 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
-
-from pruner_model.segmentation import Unit
+from pruner_model.core.segmentation import Unit
 
 
 class Span(NamedTuple):
@@ -78,7 +77,7 @@ class PruneResult:
 
     def _repr_html_(self) -> str:
         """Kept sentences highlighted, scores on hover (what a notebook shows for a result)."""
-        from .html import render_fragment
+        from pruner_model.inference.html import render_fragment
 
         return render_fragment(self)
 

@@ -1,25 +1,33 @@
-"""HTTP serving: FastAPI app with request validation, limits, an optional API key and
-micro-batching.
+"""HTTP serving: a FastAPI app with request validation, limits, an optional API key and
+micro-batching (:mod:`pruner_model.inference.batcher`).
 
-Concurrent requests are gathered by a :class:`MicroBatcher` (up to ``max_batch`` requests or
-``max_wait_ms`` after the first one) and scored through the encoder together, in one worker
-thread, instead of one by one. Each request is validated and segmented before it joins a batch,
-and a batch that still fails is rerun request by request, so one request's input never fails
-another's. Every request has a cost cap (tokens) and a deadline.
+Each request is checked, segmented and counted against its cost cap (tokens) in a worker thread,
+never on the event loop, before it joins a micro-batch; every request has a deadline. The app is
+put together from named steps: the bodies (:mod:`pruner_model.inference.http_schemas`), the
+guards (:func:`install_guards`: admission, API key, body size and time), the request checks
+(:class:`RequestChecks`) and the routes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from dataclasses import dataclass
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, create_model
-
-from .pruner import ContextPruner, PruneRequest
-from .selection import SelectionParams, selection_body_fields
-from .serving_metrics import Metrics
+from pruner_model.core.alignment import count_tokens
+from pruner_model.inference.batcher import MicroBatcher, self_check
+from pruner_model.inference.http_schemas import (
+    KNOWN_ROUTES,
+    BatchBody,
+    PruneBody,
+    RerankBody,
+    validation_error_detail,
+)
+from pruner_model.inference.pruner import ContextPruner
+from pruner_model.inference.requests import PruneRequest
+from pruner_model.inference.serving_metrics import Metrics
+from pruner_model.inference.settings import SelectionParams
 
 
 @dataclass(frozen=True)
@@ -39,137 +47,146 @@ class ServerLimits:
     max_connections: int = 1024
 
 
-class Passage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str | None = None
-    title: str | None = None
-    text: str
+class RequestChecks:
+    """The limits of one request, checked before it reaches the batcher. Raise ``HTTPException``;
+    call them from a worker thread (they segment and tokenize the texts)."""
 
+    def __init__(self, pruner: ContextPruner, limits: ServerLimits):
+        self.pruner, self.limits = pruner, limits
 
-# the request body: the query, its passages and every SelectionParams field (defined once there)
-PruneBody = create_model(
-    "PruneBody",
-    __config__=ConfigDict(extra="forbid"),
-    query=(str, Field(min_length=1)),
-    passages=(list[str | Passage], Field(min_length=1)),
-    **selection_body_fields(),
-)
+    @staticmethod
+    def _error(code: int, detail: str):
+        from fastapi import HTTPException
 
+        return HTTPException(code, detail)
 
-class RerankBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1)
-    documents: list[str] = Field(min_length=1)
-    top_n: int | None = Field(default=None, ge=1)
-    return_documents: bool = False
-    return_pruned: bool = False  # also prune each document (selection at the checkpoint's settings)
+    def texts(self, texts: list[str], noun: str) -> None:
+        """The size limits on one query's passages (or rerank documents): 422 with the reason."""
+        if len(texts) > self.limits.max_passages:
+            raise self._error(422, f"over {self.limits.max_passages} {noun}s")
+        for i, text in enumerate(texts):
+            if len(text) > self.limits.max_passage_chars:
+                raise self._error(422, f"{noun} {i} over {self.limits.max_passage_chars} characters")
 
+    def query(self, query: str) -> None:
+        if len(query) > self.limits.max_query_chars:
+            raise self._error(422, f"query over {self.limits.max_query_chars} characters")
+        if not query.strip():
+            raise self._error(422, "query is empty")
 
-KNOWN_ROUTES = {"/v1/prune", "/v1/prune/batch", "/v1/rerank", "/v1/stats", "/metrics", "/health"}
-
-
-class BatchBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    requests: list[PruneBody] = Field(min_length=1)
-
-
-class MicroBatcher:
-    """Collects requests for a short wait and runs them through the pruner together."""
-
-    def __init__(
-        self, pruner: ContextPruner, metrics: Metrics, max_batch: int = 32, max_wait_ms: float = 5.0
-    ):
-        self.pruner = pruner
-        self.metrics = metrics
-        self.max_batch = max_batch
-        self.max_wait = max_wait_ms / 1000
-        self.queue: asyncio.Queue | None = None
-        self.task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self.queue = asyncio.Queue()
-        self.task = asyncio.create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-
-    async def submit(self, requests: list[PruneRequest]):
-        fut = asyncio.get_running_loop().create_future()
-        await self.queue.put((requests, fut))
-        return await fut
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            jobs = [await self.queue.get()]
-            n = len(jobs[0][0])
-            deadline = loop.time() + self.max_wait
-            while n < self.max_batch:
-                timeout = deadline - loop.time()
-                if timeout <= 0:
-                    break
-                try:
-                    job = await asyncio.wait_for(self.queue.get(), timeout)
-                except asyncio.TimeoutError:
-                    break
-                jobs.append(job)
-                n += len(job[0])
-            jobs = [(reqs, fut) for reqs, fut in jobs if not fut.done()]  # timed-out clients are gone
-            if not jobs:
-                continue
-            flat = [r for reqs, _ in jobs for r in reqs]
-            try:
-                results = await loop.run_in_executor(None, self.pruner.run, flat)
-            except Exception:  # isolate the faulty request: rerun each job alone
-                for reqs, fut in jobs:
-                    try:
-                        alone = await loop.run_in_executor(None, self.pruner.run, reqs)
-                    except Exception as exc:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    else:
-                        if not fut.done():
-                            fut.set_result(alone)
-                continue
-            self.metrics.record_batch(len(flat))
-            k = 0
-            for reqs, fut in jobs:
-                if not fut.done():
-                    fut.set_result(results[k : k + len(reqs)])
-                k += len(reqs)
-
-
-def self_check(pruner: ContextPruner) -> None:
-    """Run one sample through the backend; a broken model (wrong graph, NaN weights) raises a
-    one-line RuntimeError here, before the server reports ready."""
-    try:
-        result = pruner.prune(
-            "When was the tower built?",
-            ["The tower was built in 1889. It is made of iron.", "Bananas are yellow."],
-            dedup=False,
-        )
-    except Exception as exc:
-        raise RuntimeError(
-            f"model self-check failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        ) from None
-    scores = [s.score for p in result.passages for s in p.sentences] + [p.relevance for p in result.passages]
-    if not scores or not np.all(np.isfinite(scores)):
-        raise RuntimeError("model self-check failed: the model returns non-finite scores")
-
-
-def _validation_error_detail(exc) -> list[dict]:
-    """Pydantic errors without the offending input (it may not even be encodable)."""
-    out = []
-    for e in exc.errors():
-        if tuple(e.get("loc", ())) == ("body",) and e.get("type") in ("model_attributes_type", "dict_type"):
-            out.append(
-                {"field": "", "error": "the body must be a JSON object (content-type: application/json)"}
+    def cost(self, requests: list[PruneRequest]) -> None:
+        tokens = count_tokens(self.pruner.tokenizer, [p.text for r in requests for p in r.prepared])
+        if tokens > self.limits.max_request_tokens:
+            raise self._error(
+                413,
+                f"request has {tokens} passage tokens, over the limit of {self.limits.max_request_tokens}",
             )
-            continue
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        out.append({"field": loc, "error": str(e.get("msg", "invalid"))[:200]})
-    return out
+
+    def prepare(self, query: str, passages: list, settings: dict) -> PruneRequest:
+        """A request checked and segmented now: a batch never fails on this request's text."""
+        try:
+            params = self.pruner.selection_params(SelectionParams(), **settings)
+            return self.pruner.prepare(PruneRequest(query, passages, params))
+        except (ValueError, TypeError) as exc:
+            raise self._error(422, str(exc)) from None
+
+    def prune_body(self, body: PruneBody) -> PruneRequest:
+        self.query(body.query)
+        self.texts([p if isinstance(p, str) else p.text for p in body.passages], "passage")
+        passages = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in body.passages]
+        settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
+        if "must_keep" in settings:
+            settings["must_keep"] = tuple(settings["must_keep"])
+        return self.prepare(body.query, passages, settings)
+
+    def prune_bodies(self, bodies: list[PruneBody]) -> list[PruneRequest]:
+        requests = [self.prune_body(b) for b in bodies]
+        self.cost(requests)
+        return requests
+
+    def rerank_body(self, body: RerankBody) -> PruneRequest:
+        self.query(body.query)
+        self.texts(body.documents, "document")
+        request = self.prepare(body.query, list(body.documents), {})
+        self.cost([request])
+        return request
+
+
+# over 60 lines: FastAPI middlewares are closures over the shared admission counter and limits
+def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metrics) -> None:
+    """Middlewares, outermost first: counting (every answer, refusals too), admission (at most
+    ``max_concurrency`` requests in progress; /health always answers), the API key, and the body's
+    size and arrival time."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+
+    expected = api_key.encode() if api_key else None
+    in_flight = 0
+
+    def authorized(header: str) -> bool:
+        """``Authorization: Bearer <key>``, the scheme in any case (RFC 9110 11.1)."""
+        scheme, _, token = header.strip().partition(" ")
+        given = token.strip().encode("latin-1", "replace")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, expected)
+
+    def refuse(code: int, detail: str, **headers) -> JSONResponse:
+        return JSONResponse({"detail": detail}, status_code=code, headers=headers or None)
+
+    async def read_body(request: Request) -> JSONResponse | None:
+        """The whole body within its size and time limits (413 / 408), kept for the route."""
+        body = bytearray()
+
+        async def read() -> JSONResponse | None:
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > limits.max_body_bytes:
+                    return refuse(413, f"request body over {limits.max_body_bytes} bytes")
+            return None
+
+        try:
+            too_big = await asyncio.wait_for(read(), limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            return refuse(408, f"request body not received within {limits.body_timeout_s:g} s")
+        request._body = bytes(body)
+        return too_big
+
+    async def guard(request: Request, call_next):
+        if expected is not None and request.url.path != "/health":
+            if not authorized(request.headers.get("authorization", "")):
+                return refuse(401, "missing or wrong API key (Authorization: Bearer ...)")
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
+            return refuse(413, f"request body over {limits.max_body_bytes} bytes")
+        if request.method == "POST":
+            refused = await read_body(request)
+            if refused is not None:
+                return refused
+        return await call_next(request)
+
+    @app.middleware("http")
+    async def admit(request: Request, call_next):
+        nonlocal in_flight
+        if request.url.path == "/health":
+            return await call_next(request)
+        if in_flight >= limits.max_concurrency:
+            return refuse(
+                503,
+                f"over {limits.max_concurrency} requests in progress: retry shortly",
+                **{"Retry-After": "1"},
+            )
+        in_flight += 1
+        try:
+            return await guard(request, call_next)
+        finally:
+            in_flight -= 1
+
+    @app.middleware("http")  # added last, so outermost: it also counts what the guards refuse
+    async def count(request: Request, call_next):
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.url.path if request.url.path in KNOWN_ROUTES else "other"
+        metrics.record_http(route, response.status_code, time.perf_counter() - t0)
+        return response
 
 
 def create_app(
@@ -188,10 +205,9 @@ def create_app(
     Raises:
         RuntimeError: the self-check failed (the model cannot serve).
     """
-    import hmac
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
@@ -210,134 +226,41 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="pruner", version="0.1.0", lifespan=lifespan)
-    expected = api_key.encode() if api_key else None
-
-    def authorized(header: str) -> bool:
-        """``Authorization: Bearer <key>``, the scheme in any case (RFC 9110 11.1)."""
-        scheme, _, token = header.strip().partition(" ")
-        given = token.strip().encode("latin-1", "replace")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given, expected)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError):
-        return JSONResponse({"detail": _validation_error_detail(exc)}, status_code=422)
+    async def validation_error(request, exc: RequestValidationError):
+        return JSONResponse({"detail": validation_error_detail(exc)}, status_code=422)
 
-    in_flight = 0
+    install_guards(app, limits, api_key, metrics)
+    add_routes(app, pruner, limits, batcher, metrics)
+    app.state.metrics = metrics
+    return app
 
-    @app.middleware("http")
-    async def admit(request: Request, call_next):
-        """At most ``limits.max_concurrency`` requests in progress; /health always answers."""
-        nonlocal in_flight
-        if request.url.path == "/health":
-            return await call_next(request)
-        if in_flight >= limits.max_concurrency:
-            return JSONResponse(
-                {"detail": f"over {limits.max_concurrency} requests in progress: retry shortly"},
-                status_code=503,
-                headers={"Retry-After": "1"},
-            )
-        in_flight += 1
+
+# over 60 lines: FastAPI routes are closures over the pruner, batcher and metrics they share
+def add_routes(
+    app, pruner: ContextPruner, limits: ServerLimits, batcher: MicroBatcher, metrics: Metrics
+) -> None:
+    """/v1/prune, /v1/prune/batch, /v1/rerank, /health, /v1/stats and /metrics."""
+    from fastapi import HTTPException
+    from fastapi.responses import Response
+
+    checks = RequestChecks(pruner, limits)
+
+    async def off_loop(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def within_deadline(awaitable):
         try:
-            return await guard(request, call_next)
-        finally:
-            in_flight -= 1
-
-    async def guard(request: Request, call_next):
-        if expected is not None and request.url.path != "/health":
-            if not authorized(request.headers.get("authorization", "")):
-                return JSONResponse(
-                    {"detail": "missing or wrong API key (Authorization: Bearer ...)"}, status_code=401
-                )
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
-            return JSONResponse(
-                {"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413
-            )
-        if request.method == "POST":
-            body = bytearray()
-
-            async def read() -> JSONResponse | None:
-                async for chunk in request.stream():
-                    body.extend(chunk)
-                    if len(body) > limits.max_body_bytes:
-                        return JSONResponse(
-                            {"detail": f"request body over {limits.max_body_bytes} bytes"}, status_code=413
-                        )
-                return None
-
-            try:
-                too_big = await asyncio.wait_for(read(), limits.body_timeout_s)
-            except asyncio.TimeoutError:
-                return JSONResponse(
-                    {"detail": f"request body not received within {limits.body_timeout_s:g} s"},
-                    status_code=408,
-                )
-            if too_big is not None:
-                return too_big
-            request._body = bytes(body)
-        return await call_next(request)
-
-    # added last, so outermost: it also counts what the guard refuses
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.url.path if request.url.path in KNOWN_ROUTES else "other"
-        metrics.record_http(route, response.status_code, time.perf_counter() - t0)
-        return response
-
-    def check_texts(texts: list[str], noun: str) -> None:
-        """The size limits on one query's passages (or rerank documents): 422 with the reason."""
-        if len(texts) > limits.max_passages:
-            raise HTTPException(422, f"over {limits.max_passages} {noun}s")
-        for i, text in enumerate(texts):
-            if len(text) > limits.max_passage_chars:
-                raise HTTPException(422, f"{noun} {i} over {limits.max_passage_chars} characters")
-
-    def check_query(query: str) -> None:
-        if len(query) > limits.max_query_chars:
-            raise HTTPException(422, f"query over {limits.max_query_chars} characters")
-        if not query.strip():
-            raise HTTPException(422, "query is empty")
-
-    def to_request(body: PruneBody) -> PruneRequest:
-        """Checked, segmented and limited: runs off the event loop (segmentation of large texts
-        takes time that /health must not wait for)."""
-        check_query(body.query)
-        check_texts([p if isinstance(p, str) else p.text for p in body.passages], "passage")
-        passages = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in body.passages]
-        settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
-        if "must_keep" in settings:
-            settings["must_keep"] = tuple(settings["must_keep"])
-        try:
-            params = pruner.selection_params(SelectionParams(), **settings)
-            # checked and segmented now: a batch never fails on this request's text
-            return pruner.prepare(PruneRequest(body.query, passages, params))
-        except (ValueError, TypeError) as exc:
-            raise HTTPException(422, str(exc)) from None
-
-    def check_cost(requests: list[PruneRequest]) -> None:
-        from pruner_model.alignment import count_tokens
-
-        tokens = count_tokens(pruner.tokenizer, [p.text for r in requests for p in r.prepared])
-        if tokens > limits.max_request_tokens:
-            raise HTTPException(
-                413, f"request has {tokens} passage tokens, over the limit of {limits.max_request_tokens}"
-            )
-
-    def prepared(bodies: list[PruneBody]) -> list[PruneRequest]:
-        requests = [to_request(b) for b in bodies]
-        check_cost(requests)
-        return requests
-
-    async def serve(bodies: list[PruneBody]):
-        t0 = time.perf_counter()
-        # every check that reads the texts (segmentation, token counts) runs in a worker thread
-        requests = await asyncio.get_running_loop().run_in_executor(None, prepared, bodies)
-        try:
-            results = await asyncio.wait_for(batcher.submit(requests), limits.deadline_s)
+            return await asyncio.wait_for(awaitable, limits.deadline_s)
         except asyncio.TimeoutError:
             raise HTTPException(504, f"not answered within the {limits.deadline_s:g} s deadline") from None
+
+    async def serve(bodies: list[PruneBody]) -> list[dict]:
+        t0 = time.perf_counter()
+        requests = await off_loop(checks.prune_bodies, bodies)
+        try:
+            results = await within_deadline(batcher.submit(requests))
         except (ValueError, TypeError) as exc:
             raise HTTPException(422, str(exc)) from None
         latency = time.perf_counter() - t0
@@ -359,53 +282,28 @@ def create_app(
 
     @app.get("/health")
     async def health():
+        cfg = pruner.config
         return {
             "status": "ok",
             "backend": pruner.backend.name,
-            "threshold": pruner.config.threshold,
-            "max_length": pruner.config.max_length,
+            "threshold": cfg.threshold,
+            "max_length": cfg.max_length,
         }
 
     @app.post("/v1/rerank")
     async def rerank(body: RerankBody):
         """Cohere/TEI-shaped reranking by the relevance head (the order of ContextPruner.rank)."""
-
-        def prepare_rerank() -> PruneRequest:
-            check_query(body.query)
-            check_texts(body.documents, "document")
-            try:
-                req = pruner.prepare(
-                    PruneRequest(body.query, list(body.documents), pruner.selection_params())
-                )
-            except (ValueError, TypeError) as exc:
-                raise HTTPException(422, str(exc)) from None
-            check_cost([req])
-            return req
-
-        loop = asyncio.get_running_loop()
-        req = await loop.run_in_executor(None, prepare_rerank)
-        try:
-            if body.return_pruned:
-                result = (await asyncio.wait_for(batcher.submit([req]), limits.deadline_s))[0]
-                relevance = [p.relevance for p in result.passages]
-            else:
-                fut = loop.run_in_executor(None, pruner.rank, body.query, list(body.documents))
-                ranked = await asyncio.wait_for(fut, limits.deadline_s)
-                relevance = [0.0] * len(body.documents)
-                for r in ranked:
-                    relevance[r.index] = r.relevance
-        except asyncio.TimeoutError:
-            raise HTTPException(504, f"not answered within the {limits.deadline_s:g} s deadline") from None
-        order = sorted(range(len(relevance)), key=lambda i: -relevance[i])[: body.top_n]
-        results = []
-        for i in order:
-            item = {"index": i, "relevance_score": relevance[i]}
-            if body.return_documents:
-                item["document"] = {"text": body.documents[i]}
-            if body.return_pruned:
-                item["pruned_text"] = result.passages[i].text
-            results.append(item)
-        return {"results": results}
+        request = await off_loop(checks.rerank_body, body)
+        result = None
+        if body.return_pruned:
+            result = (await within_deadline(batcher.submit([request])))[0]
+            relevance = [p.relevance for p in result.passages]
+        else:
+            ranked = await within_deadline(off_loop(pruner.rank, body.query, list(body.documents)))
+            relevance = [0.0] * len(body.documents)
+            for r in ranked:
+                relevance[r.index] = r.relevance
+        return {"results": _rerank_results(body, relevance, result)}
 
     @app.get("/v1/stats")
     async def stats():
@@ -413,10 +311,19 @@ def create_app(
 
     @app.get("/metrics")
     async def prometheus_metrics():
-        from fastapi.responses import Response
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.state.metrics = metrics
-    return app
+
+def _rerank_results(body: RerankBody, relevance: list[float], pruned) -> list[dict]:
+    order = sorted(range(len(relevance)), key=lambda i: -relevance[i])[: body.top_n]
+    results = []
+    for i in order:
+        item = {"index": i, "relevance_score": relevance[i]}
+        if body.return_documents:
+            item["document"] = {"text": body.documents[i]}
+        if pruned is not None:
+            item["pruned_text"] = pruned.passages[i].text
+        results.append(item)
+    return results

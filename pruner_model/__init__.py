@@ -4,10 +4,12 @@ The one import root of the package::
 
     from pruner_model import ContextPruner, PruneResult, PrunerConfig, PrunerModel
 
-The core (config, model, segmentation, alignment, scoring, metrics) sits in this package's own
-modules; the parts are installed inside it: :mod:`pruner_model.annotation`,
-:mod:`pruner_model.training`, :mod:`pruner_model.inference`, and the framework adapters in
-:mod:`pruner_model.integrations`. Names that need torch (``PrunerModel``) or the inference part
+This folder is the package root only (the public API and the ``pruner`` command). Every part is
+a sibling folder of the repository installed inside it the same way: :mod:`pruner_model.core`
+(config, model, segmentation, alignment, scoring, records, precision),
+:mod:`pruner_model.evaluation` (groups, metrics, statistics, calibration, shifted slices),
+:mod:`pruner_model.annotation`, :mod:`pruner_model.training`, :mod:`pruner_model.inference` and
+the framework adapters in :mod:`pruner_model.integrations`. Names that need torch (``PrunerModel``) or the inference part
 (``ContextPruner``, result types) load on first use, so a torch-free ONNX serving install can
 import this package.
 """
@@ -20,34 +22,34 @@ from typing import TYPE_CHECKING
 
 from transformers import AutoConfig
 
-from .alignment import IGNORE_INDEX, Windows, encode_pairs, sentence_scores, span_labels
-from .configuration import PrunerConfig
-from .segmentation import Unit, segment
+from pruner_model.core.alignment import IGNORE_INDEX, Windows, encode_pairs, sentence_scores, span_labels
+from pruner_model.core.configuration import PrunerConfig
+from pruner_model.core.segmentation import Unit, segment
 
 AutoConfig.register(PrunerConfig.model_type, PrunerConfig, exist_ok=True)
 if importlib.util.find_spec("torch") is not None:  # registers PrunerModel with AutoModel
-    from .modeling import PrunerModel, PrunerOutput, default_backbone_path  # noqa: F401
+    from pruner_model.core.modeling import PrunerModel, PrunerOutput, default_backbone_path  # noqa: F401
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "PrunerModel": "pruner_model.modeling",
-    "PrunerOutput": "pruner_model.modeling",
-    "default_backbone_path": "pruner_model.modeling",
+    "PrunerModel": "pruner_model.core.modeling",
+    "PrunerOutput": "pruner_model.core.modeling",
+    "default_backbone_path": "pruner_model.core.modeling",
     "ContextPruner": "pruner_model.inference.pruner",
     "PruneResult": "pruner_model.inference.results",
     "PassageResult": "pruner_model.inference.results",
     "SentenceResult": "pruner_model.inference.results",
     "PruneStats": "pruner_model.inference.results",
     "Span": "pruner_model.inference.results",
-    "SelectionParams": "pruner_model.inference.selection",
+    "SelectionParams": "pruner_model.inference.settings",
 }
 
 if TYPE_CHECKING:
-    from .inference.pruner import ContextPruner
-    from .inference.results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
-    from .inference.selection import SelectionParams
-    from .modeling import PrunerModel, PrunerOutput, default_backbone_path
+    from pruner_model.core.modeling import PrunerModel, PrunerOutput, default_backbone_path
+    from pruner_model.inference.pruner import ContextPruner
+    from pruner_model.inference.results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
+    from pruner_model.inference.settings import SelectionParams
 
 
 def __getattr__(name: str):

@@ -31,6 +31,13 @@ def no_tti_tokenizer(tmp_path_factory):
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def read_threshold(path) -> float:
+    """The default threshold stored in a checkpoint or export folder's config.json."""
+    from pathlib import Path
+
+    return float(json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))["threshold"])
+
+
 def tiny_config(kind: str = "bert", **kwargs) -> PrunerConfig:
     if kind == "bert":
         enc = BertConfig(

@@ -1,7 +1,7 @@
 """After training: calibrate the checkpoint's operating point on one slice of dev groups, report
 on another, disjoint one.
 
-The slices come from :func:`pruner_model.groups.load_slice` (a seeded permutation of the dev
+The slices come from :func:`pruner_model.evaluation.groups.load_slice` (a seeded permutation of the dev
 group ids): calibration takes groups ``0:calibration_dev_groups``, the report groups from
 ``report_dev_start`` (default: right after them), so a reported number is never measured on the
 groups it was calibrated on.
@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-
-from pruner_model.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
-from pruner_model.metrics import promise_check
-from pruner_model.precision import Precision, resolve_precision
-
-from .config import TrainConfig
-from .evaluation import build_dev_set, dev_metrics, score_dev
-from .metrics import calibrate_operating_point, weighted_groups
+from pruner_model.core.precision import Precision, resolve_precision
+from pruner_model.evaluation.calibration import calibrate_operating_point
+from pruner_model.evaluation.evaluator import dev_metrics
+from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
+from pruner_model.evaluation.metrics import weighted_groups
+from pruner_model.evaluation.scorer import score_groups
+from pruner_model.evaluation.statistics import promise_check
+from pruner_model.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +32,8 @@ def calibration_precision(model, cfg: TrainConfig) -> Precision:
 
 
 def _score(model, tokenizer, groups: list[LabeledGroup], precision: Precision = "fp32"):
-    mc = model.config
-    dev = build_dev_set(groups, tokenizer, mc.max_length, mc.stride, mc.max_query_length)
-    return score_dev(model, dev, pad_id=tokenizer.pad_token_id or 0, bf16=precision == "bf16")
+    scored = score_groups(model, groups, tokenizer, precision)
+    return scored.groups, scored.token_auc
 
 
 def _slice(
@@ -45,12 +44,13 @@ def _slice(
     mc = model.config
     if not every_answer:
         return load_slice(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
-    from pruner_model.shifts import build_slice
+    from pruner_model.evaluation.shifts import build_slice
 
     keep = slice_ids((group_of(r) for r in dev), seed, start, stop)
     return load_groups(build_slice("as_is", dev, seed, keep), mc.segmenter_language, mc.segmenter_structure)
 
 
+# over 60 lines: score, choose floor and exponent, set the config, log: one sequence whose intermediate results are all reported
 def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool = False) -> dict | None:
     """Fit the threshold (and relative floor, relevance exponent) on the calibration slice of the
     labeled dev records ``dev`` and write them into ``model.config``.
@@ -142,7 +142,7 @@ def _score_shifts(
     (the slice's labels) ``low_overlap`` is a subset of the calibration groups themselves and
     takes their scores as they are.
     """
-    from pruner_model.shifts import build_slice, shares_few_words, slice_parts
+    from pruner_model.evaluation.shifts import build_slice, shares_few_words, slice_parts
 
     c, mc, out = cfg.calibration, model.config, {}
     first = {g.id for g in groups[: c.shift_groups]}

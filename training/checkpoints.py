@@ -34,3 +34,28 @@ def save_checkpoint(model, tokenizer, path: Path) -> None:
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     swap_in(tmp, path)
+
+
+def check_replicas(accelerator, model) -> str:
+    """A digest of the weights, checked equal on every process (data-parallel replicas must not
+    drift); raises RuntimeError when they differ."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for _, p in sorted(model.state_dict().items()):
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    digest = h.hexdigest()[:16]
+    if accelerator.num_processes > 1:
+        code = torch.tensor([int(digest, 16) % (2**62)], device=accelerator.device)
+        every = accelerator.gather(code)
+        if not bool((every == every[0]).all()):
+            raise RuntimeError("the processes' weights differ: data-parallel training went out of sync")
+    return digest
+
+
+def state_dir_of(output: str | Path) -> Path:
+    """Where the resumable state of the run published in ``output`` lives."""
+    output = Path(output)
+    return output.with_name(output.name + ".trainer")

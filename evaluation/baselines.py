@@ -1,0 +1,139 @@
+"""Baselines that `pruner evaluate` puts beside the model, each giving every unit of each passage
+a score, so the same threshold sweep and metric code measure them: keep everything; top-N
+passages by BM25; sentence lexical overlap with a density bonus (0.7·|q∩s|/|q| + 0.3·|q∩s|/|s|
+over stop-word-free word sets); bi-encoder cosine between query and sentence with the bundled
+all-MiniLM-L6-v2 (needs torch)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+from pruner_model.evaluation.groups import STOP_WORDS, LabeledGroup, content_words, words
+from pruner_model.evaluation.metrics import ScoredGroup
+
+Scores = list[list[np.ndarray]]  # per group, per passage: one score per unit
+BASELINES: dict[str, tuple[str, Callable[..., Scores]]] = {}
+
+
+def baseline(cli_name: str, system: str):
+    """Register a baseline: ``fn(groups, progress=None) -> Scores``; ``--baselines`` offers
+    ``cli_name``, reports name it ``system``."""
+
+    def register(fn):
+        BASELINES[cli_name] = (system, fn)
+        return fn
+
+    return register
+
+
+@baseline("all", "keep_all")
+def keep_all_scores(groups: list[LabeledGroup], progress=None) -> Scores:
+    """Every unit scores 1: the uncompressed context."""
+    return [[np.ones(len(u)) for u in g.units] for g in groups]
+
+
+@baseline("lexical", "lexical_overlap")
+def lexical_baseline(groups: list[LabeledGroup], progress=None) -> Scores:
+    return [lexical_scores(g) for g in groups]
+
+
+def lexical_scores(g: LabeledGroup) -> list[np.ndarray]:
+    q = content_words(g.query)
+    out = []
+    for p, us in zip(g.passages, g.units):
+        sc = []
+        for u in us:
+            s = content_words(p["text"][u.start : u.end])
+            inter = len(q & s)
+            sc.append(0.7 * inter / len(q) + 0.3 * inter / len(s) if q and s else 0.0)
+        out.append(np.array(sc))
+    return out
+
+
+class BM25:
+    def __init__(self, docs: list[list[str]], k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.df = Counter(w for d in docs for w in set(d))
+        self.n = len(docs)
+        self.avgdl = float(np.mean([len(d) for d in docs])) if docs else 1.0
+
+    def score(self, query: list[str], doc: list[str]) -> float:
+        tf = Counter(doc)
+        s = 0.0
+        for w in set(query):
+            if w not in tf:
+                continue
+            idf = math.log(1 + (self.n - self.df[w] + 0.5) / (self.df[w] + 0.5))
+            s += (
+                idf
+                * tf[w]
+                * (self.k1 + 1)
+                / (tf[w] + self.k1 * (1 - self.b + self.b * len(doc) / self.avgdl))
+            )
+        return s
+
+
+@baseline("bm25", "bm25_top_n")
+def bm25_scores(groups: list[LabeledGroup], progress=None) -> Scores:
+    """Every unit of a passage gets (P - rank) / P, rank by BM25 within the group: a threshold
+    then keeps the top-N passages whole."""
+    bm = BM25([words(p["text"]) for g in groups for p in g.passages])
+    out = []
+    for g in groups:
+        q = [w for w in words(g.query) if w not in STOP_WORDS]
+        s = np.array([bm.score(q, words(p["text"])) for p in g.passages])
+        ranks = np.argsort(np.argsort(-s, kind="stable"), kind="stable")
+        n = len(g.passages)
+        out.append([np.full(len(us), (n - rk) / n) for us, rk in zip(g.units, ranks)])
+    return out
+
+
+@baseline("biencoder", "biencoder_cosine")
+def biencoder_scores(groups: list[LabeledGroup], progress=None, batch_size: int = 64) -> Scores:
+    """Cosine similarity of mean-pooled all-MiniLM-L6-v2 embeddings, mapped to [0, 1]."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from pruner_model import default_backbone_path
+
+    path = str(default_backbone_path())
+    tok = AutoTokenizer.from_pretrained(path)
+    enc = AutoModel.from_pretrained(path).eval()
+
+    @torch.no_grad()
+    def embed(texts: list[str]) -> np.ndarray:
+        vecs = []
+        for i in range(0, len(texts), batch_size):
+            b = tok(
+                texts[i : i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
+            )
+            h = enc(**b).last_hidden_state
+            m = b["attention_mask"].unsqueeze(-1).float()
+            v = (h * m).sum(1) / m.sum(1).clamp(min=1)
+            vecs.append(torch.nn.functional.normalize(v, dim=-1).numpy())
+        return np.concatenate(vecs) if vecs else np.zeros((0, 1))
+
+    out = []
+    for g in groups:
+        texts = [p["text"][u.start : u.end] for p, us in zip(g.passages, g.units) for u in us]
+        e = embed([g.query, *texts])
+        cos = (e[1:] @ e[0] + 1) / 2 if len(texts) else np.zeros(0)
+        sizes = np.cumsum([len(us) for us in g.units])[:-1]
+        out.append(list(np.split(cos, sizes)))
+        if progress is not None:
+            progress.update(1)
+    return out
+
+
+def scored_baseline(g: LabeledGroup, scores: list[np.ndarray], tokens: np.ndarray) -> ScoredGroup:
+    """A baseline's unit scores of one group, with the group's labels and the model's token counts
+    (every system is measured in the same tokens)."""
+    return ScoredGroup(
+        np.concatenate(scores) if scores else np.zeros(0),
+        np.concatenate(g.labels) if g.labels else np.zeros(0, bool),
+        tokens,
+        np.concatenate(g.words) if g.words else np.zeros(0, np.int64),
+    )

@@ -1,0 +1,138 @@
+"""Labeled query groups: one query with its labeled passages, cut into the units every part
+scores, and the one seeded slicing of dev groups that training, calibration, `pruner evaluate`
+and the benchmarks share.
+
+A labeled record (see the records format) belongs to the group named by ``meta.group`` when
+present (what `pruner annotate` writes), else by its id up to the first ``/``
+(``"q17/d3#2"`` → ``"q17"``, what `pruner data` writes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from pruner_model.core.alignment import unit_bounds, unit_labels
+from pruner_model.core.segmentation import Unit, segment
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased ``\\w+`` words: the one word definition of every word count and baseline."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+STOP_WORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being it its this that "
+    "these those there their they them he she his her we our you your i me my what which who whom whose when "
+    "where why how do does did done not no so than then too very can could should would will shall may might "
+    "must have has had into about over under after before between during also just only such any some all "
+    "each both more most other".split()
+)
+
+
+def content_words(text: str) -> set[str]:
+    """:func:`words` less English stop words."""
+    return {w for w in words(text) if w not in STOP_WORDS}
+
+
+def group_of(record: dict) -> str:
+    """Query-group id of a labeled record.
+
+    >>> group_of({"id": "q17/d3#2"}), group_of({"id": "docs/faq-1/a", "meta": {"group": "docs/faq-1"}})
+    ('q17', 'docs/faq-1')
+    """
+    meta = record.get("meta")
+    if isinstance(meta, dict) and meta.get("group") is not None:
+        return str(meta["group"])
+    return str(record["id"]).split("/", 1)[0]
+
+
+def passage_id_of(record: dict) -> str:
+    """The passage part of a labeled record's id (after its group id and ``/``)."""
+    rid, gid = str(record["id"]), group_of(record)
+    return rid[len(gid) + 1 :] if rid.startswith(gid + "/") else rid
+
+
+@dataclass
+class LabeledGroup:
+    """One query with its labeled passages, segmented as the model scores them."""
+
+    id: str
+    query: str
+    passages: list[dict]  # {id, title, text, relevant_spans}
+    units: list[list[Unit]]  # per passage
+    labels: list[np.ndarray]  # per passage: [n_units] bool, the unit overlaps a relevant span
+    words: list[np.ndarray]  # per passage: [n_units] words of each unit
+
+    @property
+    def bounds(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per passage, the ``(starts, ends)`` char offsets of its units."""
+        return [unit_bounds(us) for us in self.units]
+
+    @property
+    def has_evidence(self) -> bool:
+        return any(lab.any() for lab in self.labels)
+
+
+def load_groups(
+    records: Iterable[dict], language: str = "english", structure: bool = True
+) -> list[LabeledGroup]:
+    """Labeled records gathered into query groups, in order of first appearance."""
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        by.setdefault(group_of(r), []).append(r)
+    out = []
+    for gid, recs in by.items():
+        passages, units, labels, wcount = [], [], [], []
+        for r in recs:
+            text = r["context"]
+            us = segment(text, language, structure)
+            passages.append(
+                {
+                    "id": passage_id_of(r),
+                    "title": r.get("title"),
+                    "text": text,
+                    "relevant_spans": r["relevant_spans"],
+                }
+            )
+            units.append(us)
+            labels.append(unit_labels(us, r["relevant_spans"]))
+            wcount.append(np.array([len(words(text[u.start : u.end])) for u in us], dtype=np.int64))
+        out.append(LabeledGroup(gid, recs[0]["query"], passages, units, labels, wcount))
+    return out
+
+
+def slice_ids(ids: Iterable[str], seed: int, start: int = 0, stop: int | None = None) -> set[str]:
+    """Ids ``start:stop`` of a seeded permutation of the sorted distinct ``ids``."""
+    ids = sorted(set(ids))
+    perm = np.random.default_rng(seed).permutation(len(ids))
+    return {ids[i] for i in perm[start:stop]}
+
+
+def slice_groups(groups: list[LabeledGroup], seed: int, start: int = 0, stop: int | None = None):
+    """Groups ``start:stop`` of a seeded permutation of the sorted group ids, in their input order.
+
+    Calibration takes the head of the permutation and reports take a later, disjoint range, so
+    a reported number is never measured on the groups it was calibrated on. Every part slices
+    dev data through this function: the same ``seed`` gives the same groups everywhere.
+    """
+    keep = slice_ids((g.id for g in groups), seed, start, stop)
+    return [g for g in groups if g.id in keep]
+
+
+def load_slice(
+    records: list[dict],
+    seed: int,
+    start: int = 0,
+    stop: int | None = None,
+    language: str = "english",
+    structure: bool = True,
+) -> list[LabeledGroup]:
+    """:func:`load_groups` of only the groups :func:`slice_groups` would pick (segments nothing
+    else, so slicing a large dev file stays cheap)."""
+    keep = slice_ids((group_of(r) for r in records), seed, start, stop)
+    return load_groups([r for r in records if group_of(r) in keep], language, structure)

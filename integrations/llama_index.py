@@ -1,0 +1,74 @@
+"""LlamaIndex: :class:`PrunerPostprocessor`, a ``BaseNodePostprocessor``
+(``pip install "pruner-model[llama-index]"``).
+
+>>> from pruner_model.integrations.llama_index import PrunerPostprocessor  # doctest: +SKIP
+>>> post = PrunerPostprocessor.from_pretrained("runs/quickstart")  # doctest: +SKIP
+>>> nodes = post.postprocess_nodes(retrieved_nodes, query_str="who built the framework?")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from pruner_model.integrations._common import load_pruner, passage_metadata, prune_texts
+
+
+class PrunerPostprocessor(BaseNodePostprocessor):
+    """Keeps the sentences of each node that the query needs: the node's text is replaced
+    (``node.set_content``), spans, sentence scores and relevance go into its metadata, and nodes
+    pruned to nothing are dropped unless ``drop_empty=False``. The node score is kept."""
+
+    threshold: float | None = Field(default=None)
+    token_budget: int | None = Field(default=None)
+    neighbors: int = Field(default=0)
+    drop_empty: bool = Field(default=True)
+    selection: dict = Field(default_factory=dict)
+    _pruner: Any = PrivateAttr()
+
+    def __init__(self, model, **kwargs):
+        super().__init__(**kwargs)
+        self._pruner = load_pruner(model)
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs) -> PrunerPostprocessor:
+        return cls(model=path, **kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "PrunerPostprocessor"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        if query_bundle is None:
+            raise ValueError("PrunerPostprocessor needs the query (query_bundle or query_str)")
+        if not nodes:
+            return []
+        texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
+        settings = {
+            "threshold": self.threshold,
+            "token_budget": self.token_budget,
+            "neighbors": self.neighbors,
+        }
+        result = prune_texts(
+            self._pruner,
+            query_bundle.query_str,
+            texts,
+            [n.node.node_id for n in nodes],
+            {**settings, **self.selection},
+        )
+        out = []
+        for n, p in zip(nodes, result.passages):
+            if not p.text and self.drop_empty:
+                continue
+            node = n.node.model_copy(deep=True)
+            node.set_content(p.text)
+            meta = passage_metadata(p, result)
+            node.metadata.update(meta)
+            node.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, *meta]
+            node.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, *meta]
+            out.append(NodeWithScore(node=node, score=n.score))
+        return out

@@ -1,0 +1,161 @@
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel
+
+from pruner_model import PrunerConfig, PrunerModel, default_backbone_path
+from tests.conftest import tiny_config
+
+
+def test_forward_shapes_and_loss(tiny_model):
+    ids = torch.randint(1000, 2000, (3, 12))
+    labels = torch.full((3, 12), -100)
+    labels[:, 5:] = torch.randint(0, 2, (3, 7))
+    out = tiny_model(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        labels=labels,
+        relevance_labels=torch.tensor([1.0, 0.0, 1.0]),
+    )
+    assert out.token_logits.shape == (3, 12)
+    assert out.relevance_logits.shape == (3,)
+    assert out.loss.ndim == 0 and out.loss.item() > 0
+
+
+def test_loss_ignores_masked_tokens(tiny_model):
+    ids = torch.randint(1000, 2000, (2, 10))
+    labels = torch.full((2, 10), -100)
+    labels[:, 4:] = 1
+    out1 = tiny_model(input_ids=ids, labels=labels)
+    logits = out1.token_logits.detach()
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 4:], torch.ones(2, 6))
+    assert torch.allclose(out1.loss, expected, atol=1e-6)
+
+
+def test_save_load_round_trip_identical(tmp_path, tiny_model):
+    tiny_model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    assert not list(tmp_path.glob("*.bin")) and not list(tmp_path.glob("*.pkl"))
+    loaded = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(loaded, PrunerModel)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), PrunerConfig)
+    loaded.eval()
+    ids = torch.randint(1000, 2000, (2, 16))
+    a, b = tiny_model(input_ids=ids), loaded(input_ids=ids)
+    assert torch.equal(a.token_logits, b.token_logits)
+    assert torch.equal(a.relevance_logits, b.relevance_logits)
+
+
+def test_distilbert_backbone_without_token_type_ids():
+    model = PrunerModel(tiny_config("distilbert")).eval()
+    out = model(input_ids=torch.randint(1000, 2000, (2, 9)))
+    assert out.token_logits.shape == (2, 9)
+
+
+def test_from_backbone_loads_bundled_minilm():
+    model = PrunerModel.from_backbone(threshold=0.4)
+    ref = AutoModel.from_pretrained(str(default_backbone_path()))
+    assert model.config.threshold == 0.4
+    assert model.config.encoder_config.model_type == "bert"
+    sd = ref.state_dict()
+    for name, tensor in model.encoder.state_dict().items():
+        assert torch.equal(tensor, sd[name]), name
+
+
+def test_config_validates():
+    import pytest
+
+    with pytest.raises(ValueError):
+        tiny_config(threshold=1.5)
+
+
+def test_sentence_ranking_loss_values_and_direction():
+    from pruner_model.core.modeling import sentence_ranking_loss
+
+    # one window: sentence 0 relevant (mean logit 2), sentences 1 and 2 not (0 and -1); -1 = off context
+    z = torch.tensor([[5.0, 2.0, 2.0, 0.0, -1.0, -1.0]], requires_grad=True)
+    lab = torch.tensor([[-100, 1, 1, 0, 0, 0]])
+    sid = torch.tensor([[-1, 0, 0, 1, 2, 2]])
+    loss = sentence_ranking_loss(z, lab, sid)
+    neg = torch.logsumexp(torch.tensor([0.0, -1.0]), 0)
+    assert loss.item() == pytest.approx(torch.nn.functional.softplus(neg - 2.0).item(), abs=1e-6)
+    loss.backward()
+    assert z.grad[0, 0] == 0  # off-context token untouched
+    assert (z.grad[0, 1:3] < 0).all() and (z.grad[0, 3:] > 0).all()  # relevant up, others down
+    # a window with no irrelevant sentence (or no relevant one) contributes nothing
+    assert sentence_ranking_loss(z, torch.tensor([[-100, 1, 1, 1, 1, 1]]), sid).item() == 0.0
+    assert sentence_ranking_loss(z, torch.tensor([[-100, 0, 0, 0, 0, 0]]), sid).item() == 0.0
+
+
+def test_sentence_ranking_loss_pools_negatives_of_a_group():
+    from pruner_model.core.modeling import sentence_ranking_loss
+
+    # row 0: the answer passage (sentence 0 relevant, logit 2; sentence 1 at -1); row 1: a
+    # distractor passage of the same query (a sentence at 3); row 2: another query's passage
+    z = torch.tensor([[2.0, 2.0, -1.0], [3.0, 3.0, -5.0], [9.0, 9.0, 9.0]], requires_grad=True)
+    lab = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 0, 0]])
+    sid = torch.tensor([[0, 0, 1], [0, 0, 1], [0, 0, 0]])
+    window = sentence_ranking_loss(z, lab, sid)  # row 0 alone: softplus(-1 - 2)
+    assert window.item() == pytest.approx(torch.nn.functional.softplus(torch.tensor(-3.0)).item(), abs=1e-6)
+    grouped = sentence_ranking_loss(z, lab, sid, torch.tensor([4, 4, 5]))
+    neg = torch.logsumexp(torch.tensor([-1.0, 3.0, -5.0]), 0)  # row 2 (other group) left out
+    assert grouped.item() == pytest.approx(torch.nn.functional.softplus(neg - 2.0).item(), abs=1e-6)
+    grouped.backward()
+    assert (z.grad[1, :2] > 0).all() and (z.grad[2] == 0).all()  # the distractor is pushed down
+    # a group whose only rows are positive-only contributes nothing (no negatives anywhere)
+    lone = sentence_ranking_loss(
+        z, torch.tensor([[1, 1, 1], [0, 0, 0], [0, 0, 0]]), sid, torch.tensor([1, 2, 3])
+    )
+    assert lone.item() == 0.0
+
+
+def test_doctests_of_the_core_modules():
+    import doctest
+
+    import pruner_model.core.modeling
+    import pruner_model.core.score_rules
+    import pruner_model.core.segmentation
+    import pruner_model.evaluation.statistics
+
+    for mod in (
+        pruner_model.core.modeling,
+        pruner_model.core.score_rules,
+        pruner_model.evaluation.statistics,
+        pruner_model.core.segmentation,
+    ):
+        result = doctest.testmod(mod)
+        assert result.attempted > 0 and result.failed == 0, mod.__name__
+
+
+def test_sentence_loss_weight_adds_to_the_loss(tiny_model):
+    ids = torch.randint(1000, 2000, (2, 10))
+    labels = torch.full((2, 10), -100)
+    labels[:, 4:] = torch.tensor([1, 1, 0, 0, 0, 0])
+    sid = torch.full((2, 10), -1)
+    sid[:, 4:] = torch.tensor([0, 0, 1, 1, 2, 2])
+    base = tiny_model(input_ids=ids, labels=labels, sentence_ids=sid).loss  # weight 0 by default
+    assert torch.allclose(base, tiny_model(input_ids=ids, labels=labels).loss)
+    tiny_model.config.sentence_loss_weight = 1.0
+    assert tiny_model(input_ids=ids, labels=labels, sentence_ids=sid).loss > base
+
+
+def test_query_match_marks_context_tokens_that_occur_in_the_query():
+    from tests.conftest import tiny_config
+
+    model = PrunerModel(tiny_config("bert", query_match=True)).eval()
+    # [CLS] q1 q2 [SEP] c(q2) c(other) c(q1) [SEP] [PAD]
+    ids = torch.tensor([[101, 2054, 3000, 102, 3000, 4000, 2054, 102, 0]])
+    assert model.query_match_mask(ids).tolist() == [
+        [False, False, False, False, True, False, True, False, False]
+    ]
+    # zero-initialized: the model starts as the plain encoder would
+    plain = PrunerModel(tiny_config("bert")).eval()
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("match_")})
+    with torch.no_grad():
+        a = model(input_ids=ids).token_logits
+        b = plain(input_ids=ids).token_logits
+    assert torch.allclose(a, b, atol=1e-6)
+    # a trained match embedding moves only the matched tokens' inputs
+    with torch.no_grad():
+        model.match_embedding.weight[1].normal_()  # (a constant shift would vanish in LayerNorm)
+        c = model(input_ids=ids).token_logits
+    assert not torch.allclose(a, c)

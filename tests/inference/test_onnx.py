@@ -1,0 +1,273 @@
+import json
+
+import numpy as np
+import pytest
+from pruner_model.inference import ContextPruner
+from pruner_model.inference.onnx_export import export_onnx
+
+from pruner_model.cli import main
+from tests.conftest import read_threshold
+
+pytestmark = pytest.mark.slow
+
+PASSAGES = [
+    "Paris is the capital of France. The Eiffel Tower was built in 1889. It is made of iron.",
+    {
+        "id": "b",
+        "text": "Berlin is the capital of Germany. It lies on the Spree.\n\nThe Spree flows into the Havel.",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, _tiny_bert, bert_tokenizer):
+    base = tmp_path_factory.mktemp("onnx")
+    ckpt = base / "ckpt"
+    _tiny_bert.save_pretrained(ckpt)
+    bert_tokenizer.save_pretrained(ckpt)
+    out = base / "export"
+    report = export_onnx(ckpt, out, quantize="int8")
+    return ckpt, out, report
+
+
+def test_export_writes_folder_and_validates(exported):
+    _, out, report = exported
+    for name in ("model.onnx", "model.int8.onnx", "config.json", "tokenizer.json", "export_report.json"):
+        assert (out / name).is_file(), name
+    assert not (out / "model.safetensors").exists()
+    assert report["fp32_ok"] and report["fp32_max_abs_diff"] <= 1e-4
+    # the BERT graph gets onnxruntime's transformer fusions before int8 quantization
+    assert report["fused"] and report["fused_operators"]["Attention"] == 2
+    assert report["int8_ok"] and report["int8_agreement"] >= 0.98
+    saved = json.loads((out / "export_report.json").read_text())
+    assert saved["inputs"] == ["input_ids", "token_type_ids", "attention_mask"]
+
+
+def test_int8_weights_have_one_scale_per_output_channel(exported):
+    import onnx
+    from onnx import numpy_helper
+
+    _, out, report = exported
+    graph = onnx.load(str(out / "model.int8.onnx")).graph
+    weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    matmul_weights = [
+        n.input[1] for n in graph.node if n.op_type == "MatMulInteger" and n.input[1] in weights
+    ]
+    assert matmul_weights, "no int8 MatMul in the graph"
+    for name in matmul_weights:  # per-tensor quantization would give a scalar scale
+        scale = weights[name[: -len("_quantized")] + "_scale"]
+        assert scale.shape == (weights[name].shape[1],), (name, scale.shape)
+    assert report["int8_per_channel"] is True
+
+
+def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, monkeypatch):
+    import pruner_model.inference.onnx_export as ox
+
+    ckpt, _, _ = exported
+    monkeypatch.setattr(ox, "INT8_MIN_AGREEMENT", 1.01)  # no int8 model can pass
+    out = tmp_path / "export"
+    with pytest.raises(ox.ExportError, match="int8 file not kept"):
+        export_onnx(ckpt, out, quantize="int8")
+    assert (out / "model.onnx").is_file() and not (out / "model.int8.onnx").exists()
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["files"] == ["model.onnx"] and report["fp32_ok"] and not report["int8_ok"]
+    assert not list(out.glob("*.tmp"))
+    assert ContextPruner.from_pretrained(out).backend.name == "onnx"
+
+
+def test_onnx_backend_matches_torch(exported):
+    ckpt, out, _ = exported
+    torch_p = ContextPruner.from_pretrained(ckpt)
+    onnx_p = ContextPruner.from_pretrained(out)
+    assert torch_p.backend.name == "torch" and onnx_p.backend.name == "onnx"
+    for threshold in (0.3, 0.5, 0.7):
+        a = torch_p.prune("Where is Berlin?", PASSAGES, threshold=threshold)
+        b = onnx_p.prune("Where is Berlin?", PASSAGES, threshold=threshold)
+        for pa, pb in zip(a.passages, b.passages):
+            assert [sp[:2] for sp in pa.spans] == [sp[:2] for sp in pb.spans]
+        sa = [s.score for p in a.passages for s in p.sentences]
+        sb = [s.score for p in b.passages for s in p.sentences]
+        assert np.allclose(sa, sb, atol=1e-4)
+    # dynamic axes: other batch sizes and lengths run
+    long = " ".join(f"Sentence {i} is here." for i in range(150))
+    r = onnx_p.prune_batch([("q one?", [long]), ("q two?", PASSAGES)])
+    assert len(r) == 2 and len(r[0].passages[0].sentences) == 150
+
+
+def test_int8_backend_loads_and_runs(exported):
+    _, out, _ = exported
+    p = ContextPruner.from_pretrained(out, quantized=True)
+    assert p.backend.model_path.name == "model.int8.onnx"
+    assert p.prune("q?", PASSAGES).stats.sentences_in == 6
+
+
+def test_cli_evaluate_quantized(exported, tmp_path, capsys):
+    from tests.evaluation.test_evaluate import records
+
+    ckpt, out, _ = exported
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    args = ["evaluate", "--data", str(data), "--baselines", "none", "--quantized"]
+    assert main([*args, "--model", str(out), "--output", str(tmp_path / "r")]) == 0
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["groups"] == 3
+    # a torch checkpoint has no int8 model: one line that says what to run
+    assert main([*args, "--model", str(ckpt), "--output", str(tmp_path / "r2")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "--quantize int8" in err[-1]
+    assert not (tmp_path / "r2").exists()
+
+
+def test_export_without_token_type_ids(tmp_path, no_tti_tokenizer):
+    from pruner_model import PrunerModel
+    from tests.conftest import tiny_config
+
+    model = PrunerModel(tiny_config("distilbert")).eval()
+    model.save_pretrained(tmp_path / "ckpt")
+    no_tti_tokenizer.save_pretrained(tmp_path / "ckpt")
+    report = export_onnx(tmp_path / "ckpt", tmp_path / "out")
+    assert report["inputs"] == ["input_ids", "attention_mask"] and report["fp32_ok"]
+    p = ContextPruner.from_pretrained(tmp_path / "out")
+    assert p.backend.input_names == ["input_ids", "attention_mask"]
+    assert p.prune("q?", PASSAGES).stats.sentences_in == 6
+
+
+def test_cli_export_and_errors(tmp_path, tiny_checkpoint, capsys):
+    assert main(["export", "--model", str(tiny_checkpoint), "--output", str(tmp_path / "e")]) == 0
+    assert "fp32 max" in capsys.readouterr().err
+    assert main(["export", "--model", str(tmp_path / "missing"), "--output", str(tmp_path / "x")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "prune",
+                "--model",
+                str(tmp_path / "e"),
+                "--query",
+                "q",
+                "--passages",
+                str(tmp_path / "nope.json"),
+            ]
+        )
+        == 2
+    )
+
+
+def test_query_match_model_exports_and_matches_torch(tmp_path, bert_tokenizer):
+    import torch
+
+    from pruner_model import PrunerModel
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    model = PrunerModel(tiny_config("bert", query_match=True)).eval()
+    with torch.no_grad():
+        model.match_embedding.weight.normal_()  # an untrained (zero) embedding would prove nothing
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    bert_tokenizer.save_pretrained(ckpt)
+    report = export_onnx(ckpt, tmp_path / "onnx")
+    assert report["fp32_ok"], report
+    torch_pruner = ContextPruner.from_pretrained(ckpt)
+    onnx_pruner = ContextPruner.from_pretrained(tmp_path / "onnx")
+    a = torch_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
+    b = onnx_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
+    assert all(np.allclose(x, y, atol=1e-4) for x, y in zip(a, b))
+
+
+def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import pruner_model.inference.onnx_export as ox
+
+    from tests.evaluation.test_evaluate import records
+
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    ckpt = tmp_path / "ckpt"  # a copy with a threshold calibrated on the data, as users would have
+    shutil.copytree(exported[0], ckpt)
+    evaluate = ["evaluate", "--model", str(ckpt), "--data", str(data), "--output", str(tmp_path / "rep")]
+    assert (
+        main(
+            [
+                *evaluate,
+                "--baselines",
+                "none",
+                "--target-evidence",
+                "0.6",
+                "--write-threshold",
+                "--max-groups",
+                "0",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    out = tmp_path / "export"
+    argv = [
+        "export",
+        "--model",
+        str(ckpt),
+        "--output",
+        str(out),
+        "--quantize",
+        "int8",
+        "--calibration-data",
+        str(data),
+    ]
+    assert main(argv) == 0
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["int8_ok"] and report["int8_calibration_groups"] == 3
+    assert abs(report["int8_evidence"] - report["fp32_evidence"]) <= 0.005
+    assert "int8 at its threshold" in capsys.readouterr().err
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["int8_threshold"] == pytest.approx(report["int8_threshold"])
+    assert read_threshold(out) == pytest.approx(read_threshold(ckpt))  # fp32 keeps the checkpoint's
+    assert ContextPruner.from_pretrained(out, quantized=True).config.threshold == pytest.approx(
+        report["int8_threshold"]
+    )
+    # an int8 model that loses too much is refused with one line, and only fp32 stays
+    monkeypatch.setattr(ox, "INT8_MAX_COMPRESSION_LOSS", -1.0)
+    out2 = tmp_path / "export2"
+    assert main([*argv[:4], str(out2), *argv[5:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "int8 at its own threshold keeps" in err[0] and "fp32 export" in err[0]
+    assert (out2 / "model.onnx").is_file() and not (out2 / "model.int8.onnx").exists()
+    assert (
+        main(
+            ["export", "--model", str(ckpt), "--output", str(tmp_path / "x"), "--calibration-data", str(data)]
+        )
+        == 2
+    )
+    assert "goes with --quantize int8" in capsys.readouterr().err
+
+
+def test_serving_an_onnx_folder_needs_no_torch(exported):
+    """The serving path (pruner_model import, ONNX backend, HTTP app) runs with torch unimportable."""
+    import subprocess
+    import sys
+    import textwrap
+
+    _, out, _ = exported
+    script = textwrap.dedent(
+        f"""
+        import importlib.abc, importlib.util, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("torch is blocked")
+        sys.meta_path.insert(0, Block())
+        _find = importlib.util.find_spec
+        importlib.util.find_spec = lambda n, *a, **k: None if n.split(".")[0] == "torch" else _find(n, *a, **k)
+        from fastapi.testclient import TestClient
+        from pruner_model import ContextPruner
+        from pruner_model.inference.server import create_app
+        pruner = ContextPruner.from_pretrained({str(out)!r}, quantized=True)
+        with TestClient(create_app(pruner)) as c:
+            r = c.post("/v1/prune", json={{"query": "q?", "passages": ["A sentence. Another one."]}})
+            assert r.status_code == 200, r.text
+        assert sys.modules.get("torch") is None
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

@@ -1,0 +1,52 @@
+"""Tiny labeled records and training configs shared by the training tests."""
+
+from pruner_model.training.config import load_config
+
+SENTS = [
+    "Paris is the capital of France.",
+    "The Eiffel Tower was built in 1889.",
+    "It is made of iron.",
+    "Berlin is the capital of Germany.",
+    "The river Spree flows through it.",
+]
+
+
+def make_records(n_groups=4, per_group=4):
+    recs = []
+    for g in range(n_groups):
+        for p in range(per_group):
+            ctx = " ".join(SENTS[(g + p + k) % len(SENTS)] for k in range(3))
+            gold = p == 0
+            start = ctx.index(SENTS[(g + p) % len(SENTS)])
+            spans = [[start, start + len(SENTS[(g + p) % len(SENTS)])]] if gold else []
+            recs.append(
+                {
+                    "id": f"q{g}/d{p}",
+                    "query": f"question {g}?",
+                    "context": ctx,
+                    "relevant_spans": spans,
+                    "source": "test",
+                }
+            )
+    return recs
+
+
+def tiny_cfg(data_files, **over):
+    train_f, dev_f = data_files
+    sets = [
+        f"data.train=[{train_f}]",
+        f"data.dev=[{dev_f}]",
+        "train.batch_size=4",
+        "train.max_steps=2",
+        "train.eval_every=1",
+        "train.save_every=1",
+        "train.mixed_precision=no",
+        "data.calibration_dev_groups=1",
+        "data.report_dev_groups=1",
+        "data.max_dev_groups=2",
+        "model.max_length=128",
+        "model.stride=16",
+        "model.max_query_length=16",
+    ]
+    sets += [f"{k}={v}" for k, v in over.items()]
+    return load_config(None, sets)
