@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import numpy as np
 from pruner_model.evaluation.groups import STOP_WORDS, LabeledGroup, content_words, words
-from pruner_model.evaluation.metrics import ScoredGroup
 
 Scores = list[list[np.ndarray]]  # per group, per passage: one score per unit
 BASELINES: dict[str, tuple[str, Callable[..., Scores]]] = {}
@@ -126,14 +125,3 @@ def biencoder_scores(groups: list[LabeledGroup], progress=None, batch_size: int 
         if progress is not None:
             progress.update(1)
     return out
-
-
-def scored_baseline(g: LabeledGroup, scores: list[np.ndarray], tokens: np.ndarray) -> ScoredGroup:
-    """A baseline's unit scores of one group, with the group's labels and the model's token counts
-    (every system is measured in the same tokens)."""
-    return ScoredGroup(
-        np.concatenate(scores) if scores else np.zeros(0),
-        np.concatenate(g.labels) if g.labels else np.zeros(0, bool),
-        tokens,
-        np.concatenate(g.words) if g.words else np.zeros(0, np.int64),
-    )

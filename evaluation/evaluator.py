@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from pruner_model.evaluation.baselines import BASELINES, scored_baseline
+from pruner_model.evaluation.baselines import BASELINES
 from pruner_model.evaluation.calibration import calibrate_threshold
 from pruner_model.evaluation.groups import LabeledGroup, load_groups, load_slice
 from pruner_model.evaluation.metrics import (
@@ -26,7 +26,7 @@ from pruner_model.evaluation.metrics import (
     weighted_groups,
 )
 from pruner_model.evaluation.report import TARGETS
-from pruner_model.evaluation.scorer import score_groups
+from pruner_model.evaluation.scorer import score_groups, scored_group
 from pruner_model.evaluation.statistics import promise_check
 
 CURVE_KEYS = ("threshold", "evidence_preserved", "compression", "word_compression", "f1", "f2")
@@ -159,7 +159,7 @@ class Evaluator:
             scores = fn(groups, progress=bar)
             if bar is not None:
                 bar.close()
-            systems[system] = [scored_baseline(g, sc, r.tokens) for g, sc, r in zip(groups, scores, raw)]
+            systems[system] = [scored_group(g, sc, r.tokens) for g, sc, r in zip(groups, scores, raw)]
         return systems
 
     def _header(self, cfg, groups: list[LabeledGroup]) -> dict:

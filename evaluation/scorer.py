@@ -99,16 +99,26 @@ def score_groups(
     scored = []
     for gi, g in enumerate(enc.groups):
         pairs = out.pairs[cuts[gi] : cuts[gi + 1]]
-        scored.append(
-            ScoredGroup(
-                scores=_cat([p.scores for p in pairs], np.float64),
-                labels=_cat(g.labels, bool),
-                tokens=_cat([p.tokens for p in pairs], np.int64),
-                words=_cat(g.words, np.int64),
-                relevance=_cat([np.full(len(p.scores), p.relevance) for p in pairs], np.float64),
-            )
-        )
+        relevance = [np.full(len(p.scores), p.relevance) for p in pairs]
+        scored.append(scored_group(g, [p.scores for p in pairs], [p.tokens for p in pairs], relevance))
     return Scored(scored, auc, time.perf_counter() - t0)
+
+
+def scored_group(
+    g: LabeledGroup,
+    scores: list[np.ndarray],
+    tokens: list[np.ndarray] | np.ndarray,
+    relevance: list[np.ndarray] | None = None,
+) -> ScoredGroup:
+    """One group's unit scores (per passage) with its labels and words: the one place a
+    :class:`ScoredGroup` is built (baselines too, with the model's token counts)."""
+    return ScoredGroup(
+        scores=_cat(scores, np.float64),
+        labels=_cat(g.labels, bool),
+        tokens=tokens if isinstance(tokens, np.ndarray) else _cat(tokens, np.int64),
+        words=_cat(g.words, np.int64),
+        relevance=None if relevance is None else _cat(relevance, np.float64),
+    )
 
 
 def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:

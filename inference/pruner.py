@@ -193,8 +193,7 @@ class ContextPruner:
             ``i``, as the threshold sees them before relative scaling), ``relevance`` (numpy,
             one probability per passage) and the ``units`` they score.
         """
-        query = self._check_query(query)
-        prepared = self._prepare_passages(passages)
+        query, prepared = self._prepare(PruneRequest(query, passages, _DEFAULT_PARAMS))
         scored, _ = self._score([query] * len(prepared), prepared)
         return PassageScores(
             [s.scores for s in scored], np.array([s.relevance for s in scored]), [p.units for p in prepared]
@@ -210,8 +209,7 @@ class ContextPruner:
         """
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
             raise ValueError(f"top_k must be a whole number >= 0, got {top_k!r}")
-        query = self._check_query(query)
-        prepared = self._prepare_passages(passages)  # segmented once, scored once
+        query, prepared = self._prepare(PruneRequest(query, passages, _DEFAULT_PARAMS))  # segmented once
         scored, _ = self._score([query] * len(prepared), prepared)
         rel = np.array([s.relevance for s in scored])
         order = np.argsort(-rel, kind="stable")[:top_k]

@@ -206,9 +206,15 @@ class CalibrationSection:
                     raise ConfigError(
                         "calibration.relevance_exponents: list exponents > 0; 0 is always tried"
                     )
-        for f in self.relative_floors:
-            if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
-                raise ConfigError(f"calibration.relative_floors: each must be in (0, 1], got {f!r}")
+        from pruner_model.core.score_rules import check_relative_floor
+
+        for f in self.relative_floors:  # the model's own check
+            try:
+                if isinstance(f, bool) or not isinstance(f, int | float) or f is None:
+                    raise ValueError(f"relative_floor must be in (0, 1], got {f!r}")
+                check_relative_floor(f)
+            except ValueError:
+                raise ConfigError(f"calibration.relative_floors: each must be in (0, 1], got {f!r}") from None
 
 
 @dataclass

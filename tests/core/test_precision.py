@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from pruner_model.core import precision
 from pruner_model.core.precision import cpu_class, cpu_has_bf16, resolve_precision
-
-from pruner_model import precision
 
 ROOT = Path(__file__).resolve().parents[2]
 AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})  # AMD Zen 2/3, most laptops

@@ -403,9 +403,8 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path, bert_tokeni
 def test_long_paragraphs_are_cut_in_windows_with_the_same_sentences(monkeypatch):
     import random
 
+    from pruner_model.core import segmentation
     from pruner_model.core.segmentation import segment
-
-    from pruner_model import segmentation
 
     rng = random.Random(0)
     words = "the of Dr. Smith U.S. went to a store and bought 3.5 kg apples . ! ? e.g. it".split()
@@ -424,7 +423,7 @@ def test_long_paragraphs_are_cut_in_windows_with_the_same_sentences(monkeypatch)
 
 
 def test_text_that_is_never_cut_warns_once(caplog, monkeypatch):
-    from pruner_model import segmentation
+    from pruner_model.core import segmentation
 
     monkeypatch.setattr(segmentation, "_warned_scripts", False)
     zh = "北京是中国的首都。" * 40
