@@ -70,6 +70,13 @@ class PrunerConfig(PreTrainedConfig):
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if not 0 <= self.stride < self.max_length // 2:
             raise ValueError(f"stride must be in [0, max_length/2), got {self.stride}")
+        if self.max_query_length < 1:
+            raise ValueError(f"max_query_length must be >= 1, got {self.max_query_length}")
+        if not 0.0 <= self.head_dropout < 1.0:
+            raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+        for name in ("relevance_loss_weight", "sentence_loss_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 def encoder_positions(encoder_config) -> int | None:

@@ -19,23 +19,44 @@ class ConfigError(ValueError):
 BEST_METRICS = ("compression_at_target", "token_auc", "f1", "f2", "compression", "evidence_preserved")
 
 
+# the PrunerConfig fields a training config may set; unset (null) keeps the model's own value:
+# PrunerConfig's default for a fresh backbone, the checkpoint's with model.init_from
+MODEL_OVERRIDES = (
+    "max_length",
+    "stride",
+    "max_query_length",
+    "head_dropout",
+    "relevance_loss_weight",
+    "sentence_loss_weight",
+    "query_match",
+)
+
+
 @dataclass
 class ModelSection:
     backbone: str | None = None  # HF name or folder; None = the bundled all-MiniLM-L6-v2
     init_from: str | None = None  # start from an existing pruner checkpoint instead
-    max_length: int = 256  # most SQuAD-like paragraphs fit; longer ones are windowed
-    stride: int = 64  # token overlap between windows of a long passage
-    max_query_length: int = 64
-    head_dropout: float = 0.1
-    relevance_loss_weight: float = 0.5  # the relevance head also feeds the passage gate
-    sentence_loss_weight: float = 0.0  # sentence ranking loss: relevant sentences above their
+    # overrides of PrunerConfig fields (defaults, meaning and checks live there)
+    max_length: int | None = None  # tokens per window (the shipped configs: 256, most paragraphs fit)
+    stride: int | None = None  # token overlap between windows of a long passage
+    max_query_length: int | None = None
+    head_dropout: float | None = None
+    relevance_loss_weight: float | None = None  # the relevance head also feeds the passage gate
+    sentence_loss_weight: float | None = None  # sentence ranking loss: relevant sentences above their
     # passage neighbours (the errors that cost most compression); 0 = token BCE only
-    query_match: bool = False  # learned input embedding on context tokens that occur in the query
+    query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
+
+    def overrides(self) -> dict:
+        """The PrunerConfig fields this section sets."""
+        return {k: getattr(self, k) for k in MODEL_OVERRIDES if getattr(self, k) is not None}
 
     def __post_init__(self) -> None:
-        for name in ("relevance_loss_weight", "sentence_loss_weight"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"model.{name} must be >= 0, got {getattr(self, name)}")
+        from pruner_model.core.configuration import PrunerConfig
+
+        try:  # the model's own checks, once
+            PrunerConfig(**self.overrides())
+        except ValueError as exc:
+            raise ConfigError(f"model.{exc}") from None
 
 
 @dataclass
@@ -254,24 +275,16 @@ class TrainConfig:
             raise ConfigError(
                 f"train.best_metric must be one of {', '.join(BEST_METRICS)}, got {t.best_metric!r}"
             )
-        if self.model.max_length < 16 or self.model.max_query_length < 1:
-            raise ConfigError("model.max_length must be >= 16 and model.max_query_length >= 1")
-        if not 0 <= self.model.head_dropout < 1:
-            raise ConfigError("model.head_dropout must be in [0, 1)")
         if not 0 <= t.warmup_ratio < 1:
             raise ConfigError("train.warmup_ratio must be in [0, 1)")
         if t.max_steps is None and t.epochs <= 0:
             raise ConfigError("train.epochs must be > 0 (or set train.max_steps)")
-        if not 0 < self.calibration.target_evidence <= 1:
-            raise ConfigError("calibration.target_evidence must be in (0, 1]")
         d = self.data
         if d.report_dev_start is not None and d.report_dev_start < (d.calibration_dev_groups or 0):
             raise ConfigError(
                 f"data.report_dev_start ({d.report_dev_start}) overlaps the calibration groups "
                 f"(0-{d.calibration_dev_groups - 1}): reported numbers must be held out"
             )
-        if self.model.stride >= self.model.max_length // 2:
-            raise ConfigError("model.stride must be smaller than half of model.max_length")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

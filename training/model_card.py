@@ -82,7 +82,7 @@ print(result.text, result.stats.compression)
 - base encoder: `{base}`
 - training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans)
 - max length {config.max_length} tokens, stride {config.stride}; sentence ranking loss weight
-  {cfg.model.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`
+  {config.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`
 {_precision(metrics.get("precision"))}
 
 ## Operating point

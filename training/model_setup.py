@@ -25,16 +25,6 @@ def param_groups(model: PrunerModel, cfg: TrainConfig):
     ]
 
 
-_MODEL_FIELDS = (
-    "max_length",
-    "stride",
-    "max_query_length",
-    "head_dropout",
-    "relevance_loss_weight",
-    "sentence_loss_weight",
-)
-
-
 def build_model(cfg: TrainConfig):
     from transformers import AutoTokenizer
 
@@ -44,20 +34,18 @@ def build_model(cfg: TrainConfig):
     if m.init_from:
         model = PrunerModel.from_pretrained(m.init_from)
         tok = AutoTokenizer.from_pretrained(m.init_from)
-        for k in _MODEL_FIELDS:
-            setattr(model.config, k, getattr(m, k))
+        for k, v in m.overrides().items():  # what the config sets; the checkpoint keeps the rest
+            setattr(model.config, k, v)
     else:
         path = m.backbone or str(default_backbone_path())
-        model = PrunerModel.from_backbone(
-            path, query_match=m.query_match, **{k: getattr(m, k) for k in _MODEL_FIELDS}
-        )
+        model = PrunerModel.from_backbone(path, **m.overrides())
         tok = AutoTokenizer.from_pretrained(path)
     if not getattr(tok, "is_fast", False):
         raise ValueError("the backbone needs a fast tokenizer (offset mapping)")
     max_pos = encoder_positions(model.config.encoder_config)
-    if max_pos is not None and m.max_length > max_pos:
+    if max_pos is not None and model.config.max_length > max_pos:
         raise ValueError(
-            f"model.max_length {m.max_length} is over the backbone's {max_pos} positions: every longer "
+            f"model.max_length {model.config.max_length} is over the backbone's {max_pos} positions: every longer "
             "window would fail at inference"
         )
     check_fits(model.config, tok, "the backbone")
