@@ -120,32 +120,17 @@ def test_training_under_auto_records_the_choice(
 ):
     from pruner_model.training.trainer import train
 
-    from tests.training.helpers import make_records
+    from tests.training.helpers import tiny_cfg, write_data_files
 
     mock_cpu(monkeypatch, flags)
-    recs = make_records()
-    train_f, dev_f = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
-    train_f.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    dev_f.write_text("".join(json.dumps(r) + "\n" for r in recs[:8]))
-    from pruner_model.training.config import load_config
-
-    cfg = load_config(
-        None,
-        [
-            f"data.train=[{train_f}]",
-            f"data.dev=[{dev_f}]",
-            "train.batch_size=4",
-            "train.max_steps=1",
-            "train.eval_every=0",
-            "train.mixed_precision=auto",
-            "calibration.bf16=auto",
-            "data.calibration_dev_groups=1",
-            "data.report_dev_groups=1",
-            "data.max_dev_groups=2",
-            "model.max_length=128",
-            "model.stride=16",
-            "model.max_query_length=16",
-        ],
+    cfg = tiny_cfg(
+        write_data_files(tmp_path),
+        **{
+            "train.max_steps": 1,
+            "train.eval_every": 0,
+            "train.mixed_precision": "auto",
+            "calibration.bf16": "auto",
+        },
     )
     seen = []
     real = type(tiny_model).predict

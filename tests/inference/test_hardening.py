@@ -26,14 +26,6 @@ EXPLOSIVE = ("(a+)+$", "a" * 5000 + "b")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, _tiny_bert, bert_tokenizer):
-    path = tmp_path_factory.mktemp("hard") / "ckpt"
-    _tiny_bert.save_pretrained(path)
-    bert_tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def pruner(checkpoint):
     from pruner_model import ContextPruner
 
@@ -553,13 +545,9 @@ def test_negative_usage_is_not_added():
 def test_an_uncalibrated_checkpoint_promises_nothing(tmp_path, tiny_model, bert_tokenizer):
     from pruner_model.training.trainer import train
 
-    from tests.training.helpers import make_records, tiny_cfg
+    from tests.training.helpers import tiny_cfg, write_data_files
 
-    recs = make_records()
-    files = (tmp_path / "t.jsonl", tmp_path / "d.jsonl")
-    files[0].write_text("".join(json.dumps(r) + "\n" for r in recs))
-    files[1].write_text("".join(json.dumps(r) + "\n" for r in recs[:8]))
-    cfg = tiny_cfg(files, **{"data.calibration_dev_groups": 0, "train.eval_every": 0})
+    cfg = tiny_cfg(write_data_files(tmp_path), **{"data.calibration_dev_groups": 0, "train.eval_every": 0})
     metrics = train(cfg, tmp_path / "run", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
     card = (tmp_path / "run" / "README.md").read_text()
     assert "not calibrated" in card and "Calibrated threshold" not in card and "promise **" not in card

@@ -68,14 +68,6 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, _tiny_bert, bert_tokenizer):
-    path = tmp_path_factory.mktemp("rel") / "ckpt"
-    _tiny_bert.save_pretrained(path)
-    bert_tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def server(checkpoint):
     srv = Served(checkpoint, "--max-request-tokens", "2000", "--max-wait-ms", "50")
     yield srv

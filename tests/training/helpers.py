@@ -50,3 +50,14 @@ def tiny_cfg(data_files, **over):
     ]
     sets += [f"{k}={v}" for k, v in over.items()]
     return load_config(None, sets)
+
+
+def write_data_files(folder):
+    """``(train.jsonl, dev.jsonl)`` of :func:`make_records` in ``folder``."""
+    import json
+
+    recs = make_records()
+    train_f, dev_f = folder / "train.jsonl", folder / "dev.jsonl"
+    train_f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    dev_f.write_text("".join(json.dumps(r) + "\n" for r in recs[:8]))
+    return train_f, dev_f
