@@ -26,6 +26,12 @@ class MicroBatcher:
         self.queue: asyncio.Queue | None = None
         self.task: asyncio.Task | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether requests are being taken (started, not stopped, the loop alive)."""
+        task = getattr(self, "task", None)
+        return task is not None and not task.done()
+
     async def start(self) -> None:
         self.queue = asyncio.Queue()
         self.task = asyncio.create_task(self._loop())

@@ -292,6 +292,14 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="environment variable holding the API key; when it is set, requests need "
         "'Authorization: Bearer <key>' (the key is never printed)",
     )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin allowed to call the server (repeatable; default: none, same-origin only)",
+    )
+    p.add_argument("--access-log", action="store_true", help="log every request (method, path, status)")
     p.add_argument("--no-batching", action="store_true", help="one request at a time (benchmarks)")
     return p
 
@@ -339,6 +347,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         max_wait_ms=args.max_wait_ms,
         batching=not args.no_batching,
         api_key=api_key,
+        cors_origins=tuple(args.cors_origin),
     )
     print(
         f"serving {model_dir} on http://{args.host}:{args.port}" + (" (API key required)" if api_key else ""),
@@ -348,7 +357,8 @@ def serve_main(argv: list[str] | None = None) -> int:
         app,
         host=args.host,
         port=args.port,
-        log_level="warning",
+        log_level="info" if args.access_log else "warning",
+        access_log=args.access_log,
         timeout_keep_alive=5,  # idle keep-alive connections are closed after 5 s
         http=protocol_with_header_timeout(limits.header_timeout_s),  # slow or unfinished headers
         limit_concurrency=limits.max_connections,  # requests in progress: create_app's own cap

@@ -25,16 +25,57 @@ PruneBody = create_model(
 )
 
 
+class RerankDocument(BaseModel):
+    """A document as Cohere's clients send it: an object with its ``text`` (other fields kept out)."""
+
+    model_config = ConfigDict(extra="ignore")
+    text: str
+
+
 class RerankBody(BaseModel):
+    """Cohere v1/v2 and Jina rerank bodies: ``model``, ``max_chunks_per_doc`` and
+    ``max_tokens_per_doc`` are accepted (one model is served, and long documents are windowed,
+    not cut); ``return_pruned`` also prunes each document at the checkpoint's settings."""
+
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1)
-    documents: list[str] = Field(min_length=1)
+    documents: list[str | RerankDocument] = Field(min_length=1)
+    model: str | None = None
     top_n: int | None = Field(default=None, ge=1)
     return_documents: bool = False
-    return_pruned: bool = False  # also prune each document (selection at the checkpoint's settings)
+    return_pruned: bool = False
+    rank_fields: list[str] | None = None
+    max_chunks_per_doc: int | None = Field(default=None, ge=1)
+    max_tokens_per_doc: int | None = Field(default=None, ge=1)
+    priority: int | None = None  # Cohere's request priority: one queue here, accepted and unused
+
+    def texts(self) -> list[str]:
+        return [d if isinstance(d, str) else d.text for d in self.documents]
 
 
-KNOWN_ROUTES = {"/v1/prune", "/v1/prune/batch", "/v1/rerank", "/v1/stats", "/metrics", "/health"}
+class TeiRerankBody(BaseModel):
+    """Hugging Face text-embeddings-inference's ``POST /rerank`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1)
+    texts: list[str] = Field(min_length=1)
+    raw_scores: bool = False  # the relevance logit instead of its probability
+    return_text: bool = False
+    truncate: bool | None = None  # accepted: long texts are windowed, never cut
+    truncation_direction: str | None = None
+
+
+KNOWN_ROUTES = {
+    "/v1/prune",
+    "/v1/prune/batch",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/rerank",
+    "/info",
+    "/v1/stats",
+    "/metrics",
+    "/health",
+}
 
 
 class BatchBody(BaseModel):
@@ -42,15 +83,15 @@ class BatchBody(BaseModel):
     requests: list[PruneBody] = Field(min_length=1)
 
 
-def validation_error_detail(exc) -> list[dict]:
-    """Pydantic errors without the offending input (it may not even be encodable)."""
+def validation_error_detail(exc) -> str:
+    """Pydantic errors as one line, ``field: error; ...``, without the offending input (it may
+    not even be encodable): the same ``{"detail": "..."}`` shape as every other refusal."""
     out = []
     for e in exc.errors():
         if tuple(e.get("loc", ())) == ("body",) and e.get("type") in ("model_attributes_type", "dict_type"):
-            out.append(
-                {"field": "", "error": "the body must be a JSON object (content-type: application/json)"}
-            )
+            out.append("the body must be a JSON object (content-type: application/json)")
             continue
         loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        out.append({"field": loc, "error": str(e.get("msg", "invalid"))[:200]})
-    return out
+        msg = str(e.get("msg", "invalid"))[:200]
+        out.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(out)[:1000]

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import time
+import uuid
 from dataclasses import dataclass
 
 from pruner_model.core.alignment import count_tokens
@@ -22,6 +24,7 @@ from pruner_model.inference.http_schemas import (
     BatchBody,
     PruneBody,
     RerankBody,
+    TeiRerankBody,
     validation_error_detail,
 )
 from pruner_model.inference.pruner import ContextPruner
@@ -104,10 +107,10 @@ class RequestChecks:
         self.cost(requests)
         return requests
 
-    def rerank_body(self, body: RerankBody) -> PruneRequest:
-        self.query(body.query)
-        self.texts(body.documents, "document")
-        request = self.prepare(body.query, list(body.documents), {})
+    def rerank(self, query: str, documents: list[str]) -> PruneRequest:
+        self.query(query)
+        self.texts(documents, "document")
+        request = self.prepare(query, list(documents), {})
         self.cost([request])
         return request
 
@@ -197,10 +200,12 @@ def create_app(
     batching: bool = True,
     api_key: str | None = None,
     check: bool = True,
+    cors_origins: tuple[str, ...] = (),
 ):
     """The FastAPI app. ``batching=False`` runs each request alone (for benchmarks); with
     ``api_key`` every route but ``/health`` needs ``Authorization: Bearer <api_key>``; ``check``
-    runs :func:`self_check` first.
+    runs :func:`self_check` first; ``cors_origins`` are the browser origins allowed to call it
+    (none by default: same-origin only).
 
     Raises:
         RuntimeError: the self-check failed (the model cannot serve).
@@ -232,6 +237,15 @@ def create_app(
         return JSONResponse({"detail": validation_error_detail(exc)}, status_code=422)
 
     install_guards(app, limits, api_key, metrics)
+    if cors_origins:  # added last, so outermost: a preflight is answered before the key check
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     add_routes(app, pruner, limits, batcher, metrics)
     app.state.metrics = metrics
     return app
@@ -243,7 +257,9 @@ def add_routes(
 ) -> None:
     """/v1/prune, /v1/prune/batch, /v1/rerank, /health, /v1/stats and /metrics."""
     from fastapi import HTTPException
-    from fastapi.responses import Response
+    from fastapi.responses import JSONResponse, Response
+
+    from pruner_model import __version__
 
     checks = RequestChecks(pruner, limits)
 
@@ -282,28 +298,70 @@ def add_routes(
 
     @app.get("/health")
     async def health():
+        """200 when the server takes requests (its batcher running), 503 otherwise: a readiness
+        probe, not only a liveness one."""
         cfg = pruner.config
-        return {
-            "status": "ok",
+        ready = batcher.running
+        body = {
+            "status": "ok" if ready else "unavailable",
             "backend": pruner.backend.name,
+            "precision": pruner.precision,
             "threshold": cfg.threshold,
             "max_length": cfg.max_length,
         }
+        return body if ready else JSONResponse(body, status_code=503)
+
+    async def rerank_scores(query: str, documents: list[str], pruned: bool):
+        """Relevance of each document (the relevance head, the order of ContextPruner.rank), and
+        the pruned result when asked."""
+        request = await off_loop(checks.rerank, query, documents)
+        if pruned:
+            result = (await within_deadline(batcher.submit([request])))[0]
+            return [p.relevance for p in result.passages], result
+        ranked = await within_deadline(off_loop(pruner.rank, query, list(documents)))
+        relevance = [0.0] * len(documents)
+        for r in ranked:
+            relevance[r.index] = r.relevance
+        return relevance, None
 
     @app.post("/v1/rerank")
+    @app.post("/v2/rerank")
     async def rerank(body: RerankBody):
-        """Cohere/TEI-shaped reranking by the relevance head (the order of ContextPruner.rank)."""
-        request = await off_loop(checks.rerank_body, body)
-        result = None
-        if body.return_pruned:
-            result = (await within_deadline(batcher.submit([request])))[0]
-            relevance = [p.relevance for p in result.passages]
-        else:
-            ranked = await within_deadline(off_loop(pruner.rank, body.query, list(body.documents)))
-            relevance = [0.0] * len(body.documents)
-            for r in ranked:
-                relevance[r.index] = r.relevance
-        return {"results": _rerank_results(body, relevance, result)}
+        """Cohere (v1, v2) and Jina rerank: ``{"results": [{"index", "relevance_score", ...}]}``."""
+        documents = body.texts()
+        relevance, result = await rerank_scores(body.query, documents, body.return_pruned)
+        return {
+            "id": uuid.uuid4().hex,
+            "model": body.model or pruner.config.name_or_path or "pruner",
+            "results": _rerank_results(body, documents, relevance, result),
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
+        }
+
+    @app.post("/rerank")
+    async def tei_rerank(body: TeiRerankBody):
+        """Text-embeddings-inference rerank: ``[{"index", "score", "text"?}]``, best first."""
+        relevance, _ = await rerank_scores(body.query, body.texts, False)
+        out = []
+        for i in sorted(range(len(relevance)), key=lambda i: -relevance[i]):
+            score = _logit(relevance[i]) if body.raw_scores else relevance[i]
+            out.append({"index": i, "score": score, **({"text": body.texts[i]} if body.return_text else {})})
+        return out
+
+    @app.get("/info")
+    async def info():
+        """Text-embeddings-inference's model description, for clients that read it."""
+        cfg = pruner.config
+        return {
+            "model_id": cfg.name_or_path or "pruner",
+            "model_type": {"reranker": {"id2label": {"0": "relevance"}}},
+            "model_dtype": pruner.precision,
+            "backend": pruner.backend.name,
+            "max_input_length": cfg.max_length,
+            "max_client_batch_size": limits.max_passages,
+            "max_batch_tokens": limits.max_request_tokens,
+            "threshold": cfg.threshold,
+            "version": __version__,
+        }
 
     @app.get("/v1/stats")
     async def stats():
@@ -316,13 +374,18 @@ def add_routes(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _rerank_results(body: RerankBody, relevance: list[float], pruned) -> list[dict]:
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-7), 1 - 1e-7)
+    return float(math.log(p / (1 - p)))
+
+
+def _rerank_results(body: RerankBody, documents: list[str], relevance: list[float], pruned) -> list[dict]:
     order = sorted(range(len(relevance)), key=lambda i: -relevance[i])[: body.top_n]
     results = []
     for i in order:
         item = {"index": i, "relevance_score": relevance[i]}
         if body.return_documents:
-            item["document"] = {"text": body.documents[i]}
+            item["document"] = {"text": documents[i]}
         if pruned is not None:
             item["pruned_text"] = pruned.passages[i].text
         results.append(item)

@@ -17,7 +17,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.lock = threading.Lock()
-        self.requests = self.passages = self.tokens_in = self.tokens_out = self.errors = 0
+        self.requests = self.passages = self.tokens_in = self.tokens_out = self.errors = self.refused = 0
         self.batches = 0
         self.batched_queries = 0
         self.cost_saved = 0.0
@@ -66,9 +66,13 @@ class Metrics:
         self.p_batch.observe(queries)
 
     def record_http(self, route: str, code: int, seconds: float) -> None:
+        """``errors`` counts the server's failures (5xx); ``refused`` what it turned down (4xx)."""
         if code >= 400:
             with self.lock:
-                self.errors += 1
+                if code >= 500:
+                    self.errors += 1
+                else:
+                    self.refused += 1
         self.http.labels(route, str(code)).inc()
         self.latency.labels(route).observe(seconds)
 
@@ -78,6 +82,7 @@ class Metrics:
             return {
                 "requests": self.requests,
                 "errors": self.errors,
+                "refused": self.refused,
                 "passages": self.passages,
                 "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out,

@@ -12,14 +12,17 @@ import dataclasses
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
-from pruner_model.integrations._common import load_pruner, passage_metadata, prune_texts
+from pruner_model.integrations._common import check_settings, kept, load_pruner, passage_metadata, prune_texts
 
 
 @component
 class PrunerComponent:
     """Keeps the sentences of each document that the query needs: ``content`` becomes the kept
     text, spans, sentence scores and relevance go into ``meta``; documents pruned to nothing are
-    dropped unless ``drop_empty=False``. Serializable (``to_dict``/``from_dict``) when ``model``
+    dropped unless ``drop_empty=False``. With ``top_n`` it is a ranker: the ``top_n`` most
+    relevant documents by the relevance head, best first, ``Document.score`` their relevance.
+    ``quantized``, ``backend``, ``device`` and ``dtype`` choose how the model loads (int8 from an
+    ONNX folder with ``quantized=True``). Serializable (``to_dict``/``from_dict``) when ``model``
     is a folder or hub id."""
 
     def __init__(
@@ -30,37 +33,45 @@ class PrunerComponent:
         neighbors: int = 0,
         drop_empty: bool = True,
         selection: dict[str, Any] | None = None,
+        top_n: int | None = None,
+        quantized: bool = False,
+        backend: str = "auto",
+        device: str | None = None,
+        dtype: str | None = None,
     ):
         self.model = model
         self.threshold, self.token_budget, self.neighbors = threshold, token_budget, neighbors
-        self.drop_empty = drop_empty
+        self.drop_empty, self.top_n = drop_empty, top_n
         self.selection = dict(selection or {})
+        self.quantized, self.backend, self.device, self.dtype = quantized, backend, device, dtype
+        self._settings()  # bad settings fail here, not at the first run
+        if top_n is not None and top_n < 1:
+            raise ValueError(f"top_n must be >= 1, got {top_n}")
         self._pruner = None
+
+    def _settings(self) -> dict:
+        fields = {"threshold": self.threshold, "token_budget": self.token_budget, "neighbors": self.neighbors}
+        return check_settings(fields, self.selection)
 
     def warm_up(self) -> None:
         """Load the pruner (Haystack calls this before the first run)."""
         if self._pruner is None:
-            self._pruner = load_pruner(self.model)
+            loader = {"quantized": self.quantized or None, "backend": self.backend, "device": self.device}
+            self._pruner = load_pruner(self.model, dtype=self.dtype, **loader)
 
     @component.output_types(documents=list[Document])
     def run(self, query: str, documents: list[Document]) -> dict[str, list[Document]]:
         self.warm_up()
         if not documents:
             return {"documents": []}
-        settings = {
-            "threshold": self.threshold,
-            "token_budget": self.token_budget,
-            "neighbors": self.neighbors,
-        }
         texts = [d.content or "" for d in documents]
-        result = prune_texts(
-            self._pruner, query, texts, [d.id for d in documents], {**settings, **self.selection}
-        )
+        result = prune_texts(self._pruner, query, texts, [d.id for d in documents], self._settings())
         out = []
-        for d, p in zip(documents, result.passages):
-            if not p.text and self.drop_empty:
-                continue
-            out.append(dataclasses.replace(d, content=p.text, meta={**d.meta, **passage_metadata(p, result)}))
+        for i, p in kept(result, self.drop_empty, self.top_n):
+            d = documents[i]
+            score = p.relevance if self.top_n is not None else d.score
+            meta = {**d.meta, **passage_metadata(p, result)}
+            out.append(dataclasses.replace(d, content=p.text, meta=meta, score=score))
         return {"documents": out}
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,6 +85,11 @@ class PrunerComponent:
             neighbors=self.neighbors,
             drop_empty=self.drop_empty,
             selection=self.selection,
+            top_n=self.top_n,
+            quantized=self.quantized,
+            backend=self.backend,
+            device=self.device,
+            dtype=self.dtype,
         )
 
     @classmethod

@@ -13,17 +13,30 @@ from typing import Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pruner_model.integrations._common import load_pruner, passage_metadata, prune_texts
+from pruner_model.integrations._common import (
+    check_settings,
+    kept,
+    load_pruner,
+    passage_metadata,
+    prune_texts,
+    split_options,
+)
 from pydantic import ConfigDict, Field
+
+FIELDS = ("threshold", "token_budget", "neighbors", "drop_empty", "top_n", "selection")
 
 
 class PrunerCompressor(BaseDocumentCompressor):
-    """Keeps the sentences of each document that the query needs.
+    """Keeps the sentences of each document that the query needs; with ``top_n``, also a
+    reranker: the ``top_n`` documents the relevance head ranks highest, best first.
 
-    The kept text replaces ``page_content``; the original metadata stays, and ``pruner_spans``,
+    The kept text replaces ``page_content``; the original metadata stays, and
+    ``relevance_score`` (where CohereRerank and FlashrankRerank put theirs), ``pruner_spans``,
     ``pruner_sentence_scores``, ``pruner_relevance`` are added. Documents pruned to nothing are
     dropped unless ``drop_empty=False``. All documents of one call are judged together (one
-    ``prune()`` call), as the relative threshold expects.
+    ``prune()`` call), as the relative threshold expects. Loader options (``quantized=True`` for
+    an ONNX folder's int8 graph, ``backend``, ``device``, ``dtype``) go with ``from_pretrained``;
+    an unknown or misspelt setting is an error.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -33,23 +46,23 @@ class PrunerCompressor(BaseDocumentCompressor):
     token_budget: int | None = None
     neighbors: int = 0
     drop_empty: bool = True
+    top_n: int | None = Field(default=None, ge=1)  # rerank: keep the top_n most relevant, best first
     selection: dict = Field(default_factory=dict)  # any other SelectionParams field
 
     def __init__(self, model, **kwargs):
-        super().__init__(model=load_pruner(model), **kwargs)
+        loader, fields = split_options(dict(kwargs), FIELDS)
+        super().__init__(model=load_pruner(model, **loader), **fields)
+        self._settings()  # bad settings fail here, not at the first query
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> PrunerCompressor:
-        """Load the pruner from a folder or hub id; ``kwargs`` are the compressor's fields."""
+        """Load the pruner from a folder or hub id; ``kwargs`` are loader options and the
+        compressor's fields."""
         return cls(model=path, **kwargs)
 
     def _settings(self) -> dict:
-        return {
-            "threshold": self.threshold,
-            "token_budget": self.token_budget,
-            "neighbors": self.neighbors,
-            **self.selection,
-        }
+        fields = {"threshold": self.threshold, "token_budget": self.token_budget, "neighbors": self.neighbors}
+        return check_settings(fields, self.selection)
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
@@ -59,9 +72,8 @@ class PrunerCompressor(BaseDocumentCompressor):
         ids = [d.id or str(i) for i, d in enumerate(documents)]
         result = prune_texts(self.model, query, [d.page_content for d in documents], ids, self._settings())
         out = []
-        for doc, p in zip(documents, result.passages):
-            if not p.text and self.drop_empty:
-                continue
+        for i, p in kept(result, self.drop_empty, self.top_n):
+            doc = documents[i]
             meta = {**doc.metadata, **passage_metadata(p, result)}
             out.append(Document(page_content=p.text, metadata=meta, id=doc.id))
         return out

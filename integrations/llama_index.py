@@ -13,24 +13,39 @@ from typing import Any
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
-from pruner_model.integrations._common import load_pruner, passage_metadata, prune_texts
+from pruner_model.integrations._common import (
+    check_settings,
+    kept,
+    load_pruner,
+    passage_metadata,
+    prune_texts,
+    split_options,
+)
+
+FIELDS = ("threshold", "token_budget", "neighbors", "drop_empty", "top_n", "selection")
 
 
 class PrunerPostprocessor(BaseNodePostprocessor):
     """Keeps the sentences of each node that the query needs: the node's text is replaced
     (``node.set_content``), spans, sentence scores and relevance go into its metadata, and nodes
-    pruned to nothing are dropped unless ``drop_empty=False``. The node score is kept."""
+    pruned to nothing are dropped unless ``drop_empty=False``. The node score is kept; with
+    ``top_n`` it is a reranker: the ``top_n`` most relevant nodes by the relevance head, best
+    first, ``node.score`` their relevance. Loader options (``quantized=True``, ``backend``,
+    ``device``, ``dtype``) go with the model; an unknown or misspelt setting is an error."""
 
     threshold: float | None = Field(default=None)
     token_budget: int | None = Field(default=None)
     neighbors: int = Field(default=0)
     drop_empty: bool = Field(default=True)
+    top_n: int | None = Field(default=None, ge=1)
     selection: dict = Field(default_factory=dict)
     _pruner: Any = PrivateAttr()
 
     def __init__(self, model, **kwargs):
-        super().__init__(**kwargs)
-        self._pruner = load_pruner(model)
+        loader, fields = split_options(dict(kwargs), FIELDS)
+        super().__init__(**fields)
+        self._pruner = load_pruner(model, **loader)
+        self._settings()  # bad settings fail here, not at the first query
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> PrunerPostprocessor:
@@ -40,6 +55,10 @@ class PrunerPostprocessor(BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "PrunerPostprocessor"
 
+    def _settings(self) -> dict:
+        fields = {"threshold": self.threshold, "token_budget": self.token_budget, "neighbors": self.neighbors}
+        return check_settings(fields, self.selection)
+
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
@@ -48,27 +67,16 @@ class PrunerPostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
-        settings = {
-            "threshold": self.threshold,
-            "token_budget": self.token_budget,
-            "neighbors": self.neighbors,
-        }
-        result = prune_texts(
-            self._pruner,
-            query_bundle.query_str,
-            texts,
-            [n.node.node_id for n in nodes],
-            {**settings, **self.selection},
-        )
+        ids = [n.node.node_id for n in nodes]
+        result = prune_texts(self._pruner, query_bundle.query_str, texts, ids, self._settings())
         out = []
-        for n, p in zip(nodes, result.passages):
-            if not p.text and self.drop_empty:
-                continue
+        for i, p in kept(result, self.drop_empty, self.top_n):
+            n = nodes[i]
             node = n.node.model_copy(deep=True)
             node.set_content(p.text)
             meta = passage_metadata(p, result)
             node.metadata.update(meta)
             node.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, *meta]
             node.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, *meta]
-            out.append(NodeWithScore(node=node, score=n.score))
+            out.append(NodeWithScore(node=node, score=p.relevance if self.top_n is not None else n.score))
         return out

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pruner_model.integrations._common import load_pruner
 
 
@@ -39,8 +40,11 @@ def build_server(model, documents: list[dict] | None = None, max_passages: int =
         """Keep only the sentences of `passages` that `query` needs. Returns the pruned `text`, the
         kept character spans [start, end, score] of each passage and token statistics."""
         if len(passages) > max_passages:
-            raise ValueError(f"at most {max_passages} passages per call")
-        result = pruner.prune(query, passages, token_budget=token_budget, threshold=threshold)
+            raise ToolError(f"at most {max_passages} passages per call")
+        try:
+            result = pruner.prune(query, passages, token_budget=token_budget, threshold=threshold)
+        except (ValueError, TypeError) as exc:  # the agent's input: it reads the reason and retries
+            raise ToolError(str(exc)) from None
         s = result.stats
         return {
             "text": result.text,
@@ -66,8 +70,11 @@ def build_server(model, documents: list[dict] | None = None, max_passages: int =
         """The sentences of a registered document that the URL-encoded query needs."""
         doc = docs.get(unquote(doc_id))
         if doc is None:
-            raise ValueError(f"no registered document {unquote(doc_id)!r}")
-        return pruner.prune(unquote(query), [{"id": doc_id, "text": doc["text"]}]).text
+            raise ResourceError(f"no registered document {unquote(doc_id)!r} (list: pruner://documents)")
+        try:
+            return pruner.prune(unquote(query), [{"id": doc_id, "text": doc["text"]}]).text
+        except (ValueError, TypeError) as exc:
+            raise ResourceError(str(exc)) from None
 
     return server
 

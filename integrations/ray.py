@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 
 import numpy as np
-from pruner_model.integrations._common import load_pruner
+from pruner_model.integrations._common import LOADER_OPTIONS, load_pruner
 
 
 def _plain(value):
@@ -33,16 +33,18 @@ class PrunerPredictor:
     Args:
         model: checkpoint or ONNX folder (or hub id), loaded once in each worker.
         backend, device: as for :meth:`ContextPruner.from_pretrained` (``device="cuda"`` with
-            ``num_gpus=1`` in ``map_batches`` on GPU workers).
+            ``num_gpus=1`` in ``map_batches`` on GPU workers); ``quantized=True`` (an ONNX
+            folder's int8 graph), ``dtype`` and ``batch_size`` load the same way.
         **selection: any :class:`SelectionParams` field, e.g. ``token_budget=300``.
 
     Adds the columns ``pruned_text`` (str), ``compression`` (float), ``tokens_in``/``tokens_out``
     (int) and ``prune_result`` (``PruneResult.to_dict()`` as JSON).
     """
 
-    def __init__(self, model, backend: str = "auto", device: str | None = None, **selection):
-        self.pruner = load_pruner(model, backend=backend, device=device)
-        self.params = self.pruner.selection_params(**selection)
+    def __init__(self, model, backend: str = "auto", device: str | None = None, **settings):
+        loader = {k: settings.pop(k) for k in list(settings) if k in LOADER_OPTIONS}
+        self.pruner = load_pruner(model, backend=backend, device=device, **loader)
+        self.params = self.pruner.selection_params(**settings)
 
     def __call__(self, batch: dict) -> dict:
         queries = [str(q) for q in batch["query"]]

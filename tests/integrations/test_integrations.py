@@ -115,6 +115,19 @@ def test_mcp_stdio_server_tool_and_resources(tiny_checkpoint, tmp_path):
             payload = res.structured_content or json.loads(res.content[0].text)
             listed = await client.read_resource("pruner://documents")
             slice_ = await client.read_resource(f"pruner://documents/d0/slice/{quote(QUERY, safe='')}")
+            # errors reach the agent with their reason, not only "Error executing tool"
+            bad = await client.call_tool("prune_context", {"query": "   ", "passages": TEXTS})
+            assert bad.is_error and "query is empty" in bad.content[0].text
+            budget = await client.call_tool(
+                "prune_context", {"query": QUERY, "passages": TEXTS, "token_budget": -1}
+            )
+            assert budget.is_error and "token_budget" in budget.content[0].text
+            try:
+                await client.read_resource("pruner://documents/nope/slice/q")
+                missing = ""
+            except Exception as exc:  # the client raises the server's resource error
+                missing = str(exc)
+            assert "no registered document 'nope'" in missing
             return payload, json.loads(listed.contents[0].text), slice_.contents[0].text
 
     payload, listed, text = asyncio.run(session())
