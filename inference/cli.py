@@ -244,8 +244,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     LIMITS = ServerLimits()  # noqa: N806  the defaults, written once there
     p = argparse.ArgumentParser(
         prog="pruner serve",
-        description="Serve a checkpoint or ONNX folder over HTTP: POST /v1/prune, POST /v1/prune/batch, "
-        "GET /health, GET /metrics. Binds to 127.0.0.1 unless told otherwise.",
+        description="Serve a checkpoint or ONNX folder over HTTP: POST /v1/prune, /v1/prune/batch, "
+        "/v1/rerank and /v2/rerank (Cohere, Jina), /rerank (TEI); GET /health, /ready, /info, /metrics, "
+        "/v1/stats. Binds to 127.0.0.1 unless told otherwise.",
     )
     p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
     p.add_argument("--host", default="127.0.0.1")
@@ -272,7 +273,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         "--max-concurrency",
         type=int,
         default=LIMITS.max_concurrency,
-        help="requests in progress at once (503 above; /health is not counted)",
+        help="requests in progress at once (503 above; /health and /ready are not counted)",
     )
     p.add_argument(
         "--max-connections",

@@ -75,6 +75,7 @@ KNOWN_ROUTES = {
     "/v1/stats",
     "/metrics",
     "/health",
+    "/ready",
 }
 
 

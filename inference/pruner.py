@@ -296,7 +296,11 @@ class ContextPruner:
             self.progress_above,
         )
         e = self.config.relevance_exponent
-        for pair in out.pairs:
+        for pair, passage in zip(out.pairs, passages):
+            if (
+                not passage.units
+            ):  # empty or whitespace: nothing to be relevant (the head scores the query alone)
+                pair.relevance = 0.0
             pair.scores = relevance_weighted(pair.scores, pair.relevance, e)
         return out.pairs, out.encoder_seconds
 

@@ -154,7 +154,7 @@ def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metr
         return too_big
 
     async def guard(request: Request, call_next):
-        if expected is not None and request.url.path != "/health":
+        if expected is not None and request.url.path not in ("/health", "/ready"):
             if not authorized(request.headers.get("authorization", "")):
                 return refuse(401, "missing or wrong API key (Authorization: Bearer ...)")
         length = request.headers.get("content-length")
@@ -169,7 +169,7 @@ def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metr
     @app.middleware("http")
     async def admit(request: Request, call_next):
         nonlocal in_flight
-        if request.url.path == "/health":
+        if request.url.path in ("/health", "/ready"):
             return await call_next(request)
         if in_flight >= limits.max_concurrency:
             return refuse(
@@ -298,18 +298,23 @@ def add_routes(
 
     @app.get("/health")
     async def health():
-        """200 when the server takes requests (its batcher running), 503 otherwise: a readiness
-        probe, not only a liveness one."""
+        """Liveness: the process answers."""
         cfg = pruner.config
-        ready = batcher.running
-        body = {
-            "status": "ok" if ready else "unavailable",
+        return {
+            "status": "ok",
             "backend": pruner.backend.name,
             "precision": pruner.precision,
             "threshold": cfg.threshold,
             "max_length": cfg.max_length,
         }
-        return body if ready else JSONResponse(body, status_code=503)
+
+    @app.get("/ready")
+    async def ready():
+        """Readiness: the model passed its self-check at start and the batcher takes requests
+        (503 before, and while shutting down)."""
+        if batcher.running:
+            return {"status": "ready"}
+        return JSONResponse({"status": "unavailable"}, status_code=503)
 
     async def rerank_scores(query: str, documents: list[str], pruned: bool):
         """Relevance of each document (the relevance head, the order of ContextPruner.rank), and

@@ -86,12 +86,21 @@ def test_one_error_shape_cors_and_refusals_are_not_errors(client):
     assert stats["refused"] >= 2 and stats["errors"] == 0
 
 
-def test_health_is_a_readiness_probe(pruner):
+def test_health_is_liveness_and_ready_is_readiness(pruner):
     app = create_app(pruner, check=False)
     cold = TestClient(app)  # the lifespan has not run: the batcher is not taking requests
-    assert cold.get("/health").status_code == 503
+    assert cold.get("/health").status_code == 200 and cold.get("/ready").status_code == 503
     with TestClient(app) as warm:
-        assert warm.get("/health").json()["status"] == "ok"
+        assert warm.get("/ready").json()["status"] == "ready"
+
+
+def test_empty_documents_score_zero_everywhere(client, pruner):
+    docs = ["", "   ", "The tower was built in 1889.", "Bananas are yellow."]
+    ranked = {r.index: r.relevance for r in pruner.rank(QUERY, docs)}
+    assert ranked[0] == ranked[1] == 0.0
+    r = client.post("/v2/rerank", json={"query": QUERY, "documents": docs}).json()["results"]
+    assert {x["index"]: x["relevance_score"] for x in r}[0] == 0.0 and r[-1]["relevance_score"] == 0.0
+    assert pruner.prune(QUERY, docs).passages[1].relevance == 0.0
 
 
 def test_the_official_cohere_sdk_talks_to_a_live_server(checkpoint):
