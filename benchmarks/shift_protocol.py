@@ -79,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from pruner_model.core.records import read_jsonl
     from pruner_model.evaluation.evaluator import Evaluator
-    from pruner_model.evaluation.groups import group_of, slice_ids
-    from pruner_model.evaluation.shifts import build_slice
+    from pruner_model.evaluation.groups import group_of, range_ids
+    from pruner_model.evaluation.shifts import build_shift
 
     from pruner_model import ContextPruner
 
     records = read_jsonl(args.data)
-    keep = slice_ids((group_of(r) for r in records), args.seed, args.start, args.start + args.groups)
-    slices = {name: build_slice(name, records, args.seed, keep) for name in args.slices.split(",")}
+    keep = range_ids((group_of(r) for r in records), args.seed, args.start, args.start + args.groups)
+    slices = {name: build_shift(name, records, args.seed, keep) for name in args.slices.split(",")}
     rows, out = [], {"start": args.start, "groups": args.groups, "seed": args.seed, "results": {}}
     scored = {}  # (model, slice) -> scored groups, for --compare
     systems = [(m, m) for m in args.model]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pruner_model.evaluation.baselines import BASELINES
 from pruner_model.evaluation.calibration import calibrate_threshold
-from pruner_model.evaluation.groups import LabeledGroup, load_groups, load_slice
+from pruner_model.evaluation.groups import LabeledGroup, load_groups, load_range
 from pruner_model.evaluation.metrics import (
     ScoredGroup,
     best_compression_at,
@@ -78,7 +78,7 @@ class Evaluation:
 class Evaluator:
     """Measure a pruner on labeled records.
 
-    Groups ``start:start + max_groups`` of the seeded permutation (:func:`load_slice`, the
+    Groups ``start:start + max_groups`` of the seeded permutation (:func:`load_range`, the
     slicing training calibrates and reports on); all groups when ``max_groups`` is None and
     ``start`` is 0. ``pipeline=False`` reads the operating point off the sentence scores alone,
     without the second pass through the full pipeline (dedup, budgets). ``thresholds`` (name ->
@@ -127,7 +127,7 @@ class Evaluator:
         lang, structure = cfg.segmenter_language, cfg.segmenter_structure
         if self.start or self.max_groups is not None:
             stop = None if self.max_groups is None else self.start + self.max_groups
-            groups = load_slice(self.records, self.seed, self.start, stop, lang, structure)
+            groups = load_range(self.records, self.seed, self.start, stop, lang, structure)
         else:
             groups = load_groups(self.records, lang, structure)
         if not groups:

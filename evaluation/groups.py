@@ -106,25 +106,25 @@ def load_groups(
     return out
 
 
-def slice_ids(ids: Iterable[str], seed: int, start: int = 0, stop: int | None = None) -> set[str]:
+def range_ids(ids: Iterable[str], seed: int, start: int = 0, stop: int | None = None) -> set[str]:
     """Ids ``start:stop`` of a seeded permutation of the sorted distinct ``ids``."""
     ids = sorted(set(ids))
     perm = np.random.default_rng(seed).permutation(len(ids))
     return {ids[i] for i in perm[start:stop]}
 
 
-def slice_groups(groups: list[LabeledGroup], seed: int, start: int = 0, stop: int | None = None):
+def range_groups(groups: list[LabeledGroup], seed: int, start: int = 0, stop: int | None = None):
     """Groups ``start:stop`` of a seeded permutation of the sorted group ids, in their input order.
 
     Calibration takes the head of the permutation and reports take a later, disjoint range, so
     a reported number is never measured on the groups it was calibrated on. Every part slices
     dev data through this function: the same ``seed`` gives the same groups everywhere.
     """
-    keep = slice_ids((g.id for g in groups), seed, start, stop)
+    keep = range_ids((g.id for g in groups), seed, start, stop)
     return [g for g in groups if g.id in keep]
 
 
-def load_slice(
+def load_range(
     records: list[dict],
     seed: int,
     start: int = 0,
@@ -132,7 +132,7 @@ def load_slice(
     language: str = "english",
     structure: bool = True,
 ) -> list[LabeledGroup]:
-    """:func:`load_groups` of only the groups :func:`slice_groups` would pick (segments nothing
+    """:func:`load_groups` of only the groups :func:`range_groups` would pick (segments nothing
     else, so slicing a large dev file stays cheap)."""
-    keep = slice_ids((group_of(r) for r in records), seed, start, stop)
+    keep = range_ids((group_of(r) for r in records), seed, start, stop)
     return load_groups([r for r in records if group_of(r) in keep], language, structure)

@@ -144,13 +144,13 @@ BUILDERS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
-def slice_parts(name: str) -> list[str]:
+def shift_parts(name: str) -> list[str]:
     """The shifts a slice name applies, in the order they are applied: one of :data:`SLICES`, or
     several shifts joined by ``+`` (``mined+noisy``: retriever-mined distractors, then noisy text,
     closer to a retriever over user-generated text than either alone). Shifts compose in the
     order mined, low_overlap, noisy whatever order the name gives; ``as_is`` stands alone.
 
-    >>> slice_parts("noisy+mined")
+    >>> shift_parts("noisy+mined")
     ['mined', 'noisy']
     """
     parts = name.split("+")
@@ -167,11 +167,11 @@ def slice_parts(name: str) -> list[str]:
     return sorted(parts, key=SLICES.index)
 
 
-def build_slice(name: str, records: list[dict], seed: int = 0, keep: set[str] | None = None) -> list[dict]:
-    """The labeled records of slice ``name`` (see :func:`slice_parts`) built from the groups of
+def build_shift(name: str, records: list[dict], seed: int = 0, keep: set[str] | None = None) -> list[dict]:
+    """The labeled records of slice ``name`` (see :func:`shift_parts`) built from the groups of
     ``records`` whose ids are in ``keep`` (all by default); ``mined`` draws its distractors from
     every paragraph of ``records``."""
-    parts = slice_parts(name)
+    parts = shift_parts(name)
     if parts[0] == "mined":  # labels every answer itself; later shifts act on its groups
         records, parts = mined(records, seed=seed, keep=keep), parts[1:]
     elif keep is not None:

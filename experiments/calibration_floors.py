@@ -56,7 +56,7 @@ def main() -> int:
         ap.error(f"--floors / --exponents: {exc}")
 
     from pruner_model.evaluation.calibration import calibrate_operating_point, cross_validate
-    from pruner_model.evaluation.groups import load_slice
+    from pruner_model.evaluation.groups import load_range
     from pruner_model.evaluation.metrics import metrics_at, relative_groups, weighted_groups
     from pruner_model.evaluation.scorer import score_groups
     from pruner_model.training.data import read_records
@@ -73,7 +73,7 @@ def main() -> int:
     slices = {"calibration": (0, n_cal), "report": (start, start + args.report_groups)}
     scored = {}
     for name, (a, b) in slices.items():
-        groups = load_slice(records, args.seed, a, b, mc.segmenter_language, mc.segmenter_structure)
+        groups = load_range(records, args.seed, a, b, mc.segmenter_language, mc.segmenter_structure)
         scored[name] = score_groups(model, groups, tok).groups
     print(
         f"target evidence {args.target}; threshold calibrated on groups 0-{n_cal - 1}, "

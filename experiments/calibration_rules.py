@@ -40,14 +40,14 @@ def _range(text: str) -> tuple[int, int]:
     return a, b
 
 
-def slice_groups(records: list[dict], name: str, a: int, b: int, seed: int, cfg) -> list:
+def range_groups(records: list[dict], name: str, a: int, b: int, seed: int, cfg) -> list:
     """Groups ``a``..``b`` of the seeded permutation built as slice ``name``, segmented as the model scores."""
-    from pruner_model.evaluation.groups import group_of, load_groups, slice_ids
-    from pruner_model.evaluation.shifts import build_slice
+    from pruner_model.evaluation.groups import group_of, load_groups, range_ids
+    from pruner_model.evaluation.shifts import build_shift
 
-    keep = slice_ids((group_of(r) for r in records), seed, a, b)
+    keep = range_ids((group_of(r) for r in records), seed, a, b)
     return load_groups(
-        build_slice(name, records, seed, keep), cfg.segmenter_language, cfg.segmenter_structure
+        build_shift(name, records, seed, keep), cfg.segmenter_language, cfg.segmenter_structure
     )
 
 
@@ -64,7 +64,7 @@ def score_slices(
     print(f"scoring in {pruner.precision} (--dtype {dtype})", file=sys.stderr)
     out = {}
     for part, name, a, b in plan:
-        groups = slice_groups(records, name, a, b, seed, pruner.config)
+        groups = range_groups(records, name, a, b, seed, pruner.config)
         exponent = pruner.config.relevance_exponent
         out[(part, name)] = weighted_groups(score_groups(pruner, groups).groups, exponent)
         print(f"scored {part} {name}: {len(groups)} groups", file=sys.stderr)
@@ -79,7 +79,7 @@ def top_overlap(records: list[dict], plan, seed: int, cfg, scores: dict) -> dict
     out = {}
     for part, name, a, b in plan:
         feats = []
-        for g, sg in zip(slice_groups(records, name, a, b, seed, cfg), scores[(part, name)], strict=True):
+        for g, sg in zip(range_groups(records, name, a, b, seed, cfg), scores[(part, name)], strict=True):
             texts = [p["text"][u.start : u.end] for p, us in zip(g.passages, g.units) for u in us]
             best = texts[int(np.argmax(sg.scores))] if texts else ""
             feats.append(len(content_words(g.query) & content_words(best)))
@@ -92,7 +92,7 @@ def paragraph_keys(records: list[dict], plan, seed: int, cfg) -> dict:
     return {
         (part, name): [
             np.array([i * 1_000_000 + u.paragraph for i, us in enumerate(g.units) for u in us], np.int64)
-            for g in slice_groups(records, name, a, b, seed, cfg)
+            for g in range_groups(records, name, a, b, seed, cfg)
         ]
         for part, name, a, b in plan
     }

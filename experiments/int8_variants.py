@@ -66,7 +66,7 @@ def main() -> int:
     import numpy as np
     import onnx
     from pruner_model.core.records import read_jsonl
-    from pruner_model.evaluation.groups import load_slice
+    from pruner_model.evaluation.groups import load_range
     from pruner_model.inference.onnx_backend import OnnxBackend
     from pruner_model.inference.onnx_export import (
         int8_agreement,
@@ -81,7 +81,7 @@ def main() -> int:
 
     tok = AutoTokenizer.from_pretrained(str(src))
     cfg = PrunerConfig.from_pretrained(str(src))
-    groups = load_slice(read_jsonl(args.data), args.seed, 0, args.groups)
+    groups = load_range(read_jsonl(args.data), args.seed, 0, args.groups)
     items = [(g.query, [p["text"] for p in g.passages]) for g in groups]
 
     ref = keep_decisions(ContextPruner(OnnxBackend.from_pretrained(src, device="cpu"), tok, cfg), items)
@@ -98,7 +98,7 @@ def main() -> int:
         # static: activation ranges calibrated on dev windows, QDQ nodes around the MatMuls
         "static_qdq_per_channel": {"static": True},
     }
-    extra = load_slice(read_jsonl(args.data), args.seed, args.groups, args.groups + 16)
+    extra = load_range(read_jsonl(args.data), args.seed, args.groups, args.groups + 16)
     calibration_batches = [
         sample_inputs(tok, cfg, queries=[g.query] * len(g.passages), passages=[p["text"] for p in g.passages])
         for g in extra

@@ -99,9 +99,9 @@ def _check_arguments(args) -> dict:
     if args.max_groups < 0 or args.start < 0:
         raise ValueError("--max-groups and --start must be >= 0")
     if args.slice is not None:
-        from pruner_model.evaluation.shifts import slice_parts
+        from pruner_model.evaluation.shifts import shift_parts
 
-        slice_parts(args.slice)  # an unknown slice fails before the data is read
+        shift_parts(args.slice)  # an unknown slice fails before the data is read
     baselines = tuple(b for b in args.baselines.split(",") if b and b != "none")
     unknown = sorted(set(baselines) - set(BASELINES))
     if unknown:
@@ -124,12 +124,12 @@ def _read_records(args) -> list[dict]:
     records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
     if args.slice is None:
         return records
-    from pruner_model.evaluation.groups import group_of, slice_ids
-    from pruner_model.evaluation.shifts import build_slice
+    from pruner_model.evaluation.groups import group_of, range_ids
+    from pruner_model.evaluation.shifts import build_shift
 
     stop = None if not args.max_groups else args.start + args.max_groups
-    keep = slice_ids((group_of(r) for r in records), args.seed, args.start, stop)
-    return build_slice(args.slice, records, args.seed, keep)
+    keep = range_ids((group_of(r) for r in records), args.seed, args.start, stop)
+    return build_shift(args.slice, records, args.seed, keep)
 
 
 def _write_report(args, pruner, report: dict) -> Path:

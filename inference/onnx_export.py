@@ -331,7 +331,7 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
     """
     from pruner_model.evaluation.calibration import calibrate_threshold
     from pruner_model.evaluation.evaluator import with_score_rules
-    from pruner_model.evaluation.groups import load_slice
+    from pruner_model.evaluation.groups import load_range
     from pruner_model.evaluation.metrics import metrics_at
     from pruner_model.evaluation.scorer import score_groups
     from pruner_model.inference.onnx_backend import OnnxBackend
@@ -339,7 +339,7 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
 
     from pruner_model import PrunerConfig
 
-    labeled = load_slice(records, 0, 0, groups, config.segmenter_language, config.segmenter_structure)
+    labeled = load_range(records, 0, 0, groups, config.segmenter_language, config.segmenter_structure)
     if not any(g.has_evidence for g in labeled):
         raise ValueError("int8 calibration data has no group with evidence")
     floor = config.relative_floor

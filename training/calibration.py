@@ -1,7 +1,7 @@
 """After training: calibrate the checkpoint's operating point on one slice of dev groups, report
 on another, disjoint one.
 
-The slices come from :func:`pruner_model.evaluation.groups.load_slice` (a seeded permutation of the dev
+The slices come from :func:`pruner_model.evaluation.groups.load_range` (a seeded permutation of the dev
 group ids): calibration takes groups ``0:calibration_dev_groups``, the report groups from
 ``report_dev_start`` (default: right after them), so a reported number is never measured on the
 groups it was calibrated on.
@@ -15,7 +15,7 @@ import numpy as np
 from pruner_model.core.precision import Precision, resolve_precision
 from pruner_model.evaluation.calibration import calibrate_operating_point
 from pruner_model.evaluation.evaluator import dev_metrics
-from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, load_slice, slice_ids
+from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, load_range, range_ids
 from pruner_model.evaluation.metrics import weighted_groups
 from pruner_model.evaluation.scorer import score_groups
 from pruner_model.evaluation.statistics import promise_check
@@ -36,18 +36,18 @@ def _score(model, tokenizer, groups: list[LabeledGroup], precision: Precision = 
     return scored.groups, scored.token_auc
 
 
-def _slice(
+def _range_groups(
     model, dev: list[dict], seed: int, start: int, stop: int | None, every_answer: bool = False
 ) -> list[LabeledGroup]:
     """Groups ``start:stop`` of the permutation; with ``every_answer``, each labeled with every
     annotator's answer sentences (``meta.answers``) instead of its record's spans."""
     mc = model.config
     if not every_answer:
-        return load_slice(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
-    from pruner_model.evaluation.shifts import build_slice
+        return load_range(dev, seed, start, stop, mc.segmenter_language, mc.segmenter_structure)
+    from pruner_model.evaluation.shifts import build_shift
 
-    keep = slice_ids((group_of(r) for r in dev), seed, start, stop)
-    return load_groups(build_slice("as_is", dev, seed, keep), mc.segmenter_language, mc.segmenter_structure)
+    keep = range_ids((group_of(r) for r in dev), seed, start, stop)
+    return load_groups(build_shift("as_is", dev, seed, keep), mc.segmenter_language, mc.segmenter_structure)
 
 
 # over 60 lines: score, choose floor and exponent, set the config, log: one sequence whose intermediate results are all reported
@@ -63,7 +63,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     c = cfg.calibration
     if not c.enabled or cfg.data.calibration_dev_groups == 0:
         return None
-    groups = _slice(model, dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups, c.every_answer)
+    groups = _range_groups(model, dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups, c.every_answer)
     if not groups:
         return None
     mc = model.config
@@ -142,13 +142,13 @@ def _score_shifts(
     (the slice's labels) ``low_overlap`` is a subset of the calibration groups themselves and
     takes their scores as they are.
     """
-    from pruner_model.evaluation.shifts import build_slice, shares_few_words, slice_parts
+    from pruner_model.evaluation.shifts import build_shift, shares_few_words, shift_parts
 
     c, mc, out = cfg.calibration, model.config, {}
     first = {g.id for g in groups[: c.shift_groups]}
     every = {g.id for g in groups}
     for name in c.shifts:
-        ids = every if "low_overlap" in slice_parts(name) else first
+        ids = every if "low_overlap" in shift_parts(name) else first
         if name == "low_overlap" and c.every_answer:
             out[name] = [
                 s
@@ -158,7 +158,7 @@ def _score_shifts(
                 )
             ]
             continue
-        records = build_slice(name, dev, cfg.data.seed, ids)
+        records = build_shift(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if copies:
             out[name] = _score(model, tokenizer, copies, precision)[0]
@@ -202,7 +202,7 @@ def report(
     if n_cal is None or not d.report_dev_groups:
         return {}
     start = d.report_dev_start if d.report_dev_start is not None else n_cal
-    groups = _slice(model, dev, d.seed, start, start + d.report_dev_groups)
+    groups = _range_groups(model, dev, d.seed, start, start + d.report_dev_groups)
     if not groups:
         return {}
     target = cfg.calibration.target_evidence

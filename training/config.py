@@ -189,7 +189,7 @@ class CalibrationSection:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
         if self.shift_groups is not None and self.shift_groups < 1:
             raise ConfigError(f"calibration.shift_groups must be >= 1 or null, got {self.shift_groups}")
-        from pruner_model.evaluation.shifts import slice_parts
+        from pruner_model.evaluation.shifts import shift_parts
 
         for name in self.shifts:
             if not isinstance(name, str):
@@ -197,7 +197,7 @@ class CalibrationSection:
                     f"calibration.shifts: each must be a slice name such as noisy, got {name!r}"
                 )
             try:
-                parts = slice_parts(name)
+                parts = shift_parts(name)
             except ValueError as exc:
                 raise ConfigError(f"calibration.shifts: {exc}") from None
             if parts == ["as_is"]:

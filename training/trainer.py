@@ -25,7 +25,7 @@ import torch
 import yaml
 from pruner_model.core.precision import machine_info, resolve_precision
 from pruner_model.evaluation.evaluator import dev_metrics
-from pruner_model.evaluation.groups import load_slice
+from pruner_model.evaluation.groups import load_range
 from pruner_model.evaluation.scorer import encode_groups, score_groups
 from pruner_model.training.averaging import FILE as AVERAGE_FILE
 from pruner_model.training.averaging import WeightAverage
@@ -169,7 +169,7 @@ class Trainer:
             train_records, self.tokenizer, mc.max_length, mc.stride, mc.max_query_length, train_report
         )
         self.dev_records = dev_records
-        eval_groups = load_slice(
+        eval_groups = load_range(
             dev_records, d.seed, 0, d.max_dev_groups, mc.segmenter_language, mc.segmenter_structure
         )
         self.dev = encode_groups(eval_groups, self.tokenizer, mc) if eval_groups else None

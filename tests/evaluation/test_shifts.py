@@ -5,7 +5,7 @@ import random
 
 import pytest
 from pruner_model.evaluation.groups import content_words, group_of
-from pruner_model.evaluation.shifts import build_slice
+from pruner_model.evaluation.shifts import build_shift
 from pruner_model.evaluation.textnoise import noisy_record, noisy_text
 
 from pruner_model.cli import main
@@ -64,16 +64,16 @@ def test_noisy_text_maps_every_span():
 
 def test_slices_are_what_they_say():
     recs = records()
-    as_is = build_slice("as_is", recs)
+    as_is = build_shift("as_is", recs)
     assert len(as_is) == len(recs)
     gold = [r for r in as_is if r["relevant_spans"]]
     assert all(r["context"][s:e].startswith("It was finished") for r in gold for s, e in r["relevant_spans"])
-    low = build_slice("low_overlap", recs)
+    low = build_shift("low_overlap", recs)
     for gid in {group_of(r) for r in low}:
         rs = [r for r in low if group_of(r) == gid]
         answer = {w for r in rs for s, e in r["relevant_spans"] for w in content_words(r["context"][s:e])}
         assert len(content_words(rs[0]["query"]) & answer) <= 1
-    mined = build_slice("mined", recs, seed=0)
+    mined = build_shift("mined", recs, seed=0)
     by = {}
     for r in mined:
         by.setdefault(group_of(r), []).append(r)
@@ -89,22 +89,22 @@ def test_slices_are_what_they_say():
     )
     assert index.nearest(0, 3)[-1] == 2  # the unrelated text comes last
     assert index.nearest(0, 1, exclude=__import__("numpy").array([0, 1, 0, 1], bool)) == [2]
-    noisy = build_slice("noisy", recs, keep={"q0", "q1"})
+    noisy = build_shift("noisy", recs, keep={"q0", "q1"})
     assert {group_of(r) for r in noisy} == {"q0", "q1"} and all(
         r["context"] == r["context"].lower() for r in noisy
     )
     with pytest.raises(ValueError, match="unknown slice"):
-        build_slice("reddit", recs)
+        build_shift("reddit", recs)
 
 
 def test_shifts_compose_in_a_fixed_order():
     recs = records()
-    mined = build_slice("mined", recs, seed=0)
-    both = build_slice("noisy+mined", recs, seed=0)  # mined first, then noisy text
+    mined = build_shift("mined", recs, seed=0)
+    both = build_shift("noisy+mined", recs, seed=0)  # mined first, then noisy text
     assert [r["id"] for r in both] == [r["id"] for r in mined]
     assert all(r["context"] == r["context"].lower() for r in both)
     assert [bool(r["relevant_spans"]) for r in both] == [bool(r["relevant_spans"]) for r in mined]
-    low = build_slice("mined+low_overlap", recs, seed=0)
+    low = build_shift("mined+low_overlap", recs, seed=0)
     assert low and {r["id"] for r in low} <= {r["id"] for r in mined}
     for name, error in [
         ("mined+as_is", "cannot be combined"),
@@ -112,7 +112,7 @@ def test_shifts_compose_in_a_fixed_order():
         ("mined+x", "unknown"),
     ]:
         with pytest.raises(ValueError, match=error):
-            build_slice(name, recs)
+            build_shift(name, recs)
 
 
 def test_evaluate_cli_runs_a_slice(tiny_checkpoint, tmp_path):

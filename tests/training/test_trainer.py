@@ -227,8 +227,8 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
         [a.index("1889"), a.index("1889") + 4],
         [a.index("Tourists"), len(a)],
     ]
-    first = {g.id: g.labels[0].tolist() for g in calibration._slice(tiny_model, dev, 0, 0, None)}
-    every = calibration._slice(tiny_model, dev, 0, 0, None, every_answer=True)
+    first = {g.id: g.labels[0].tolist() for g in calibration._range_groups(tiny_model, dev, 0, 0, None)}
+    every = calibration._range_groups(tiny_model, dev, 0, 0, None, every_answer=True)
     assert first["qa"] == [False, True, False]
     assert {g.id: g.labels[0].tolist() for g in every} == {
         "qa": [False, True, True],
