@@ -57,6 +57,7 @@ class ContextPruner:
         self.config = config
         self.batch_size = batch_size
         self.progress_above: int | None = None  # show a bar when one call scores more windows
+        self.source: str | None = None  # the folder or hub id it was loaded from, if any
 
     @property
     def precision(self) -> str:
@@ -115,7 +116,9 @@ class ContextPruner:
                 config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
         else:
             raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
-        return cls(impl, tokenizer, config, batch_size=batch_size)
+        pruner = cls(impl, tokenizer, config, batch_size=batch_size)
+        pruner.source = str(path)
+        return pruner
 
     @classmethod
     def from_model(cls, model, tokenizer, device: str | None = None, batch_size: int = 32):

@@ -4,6 +4,7 @@ relevance head, and the metadata a kept document carries."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +32,15 @@ def load_pruner(model: str | Path | ContextPruner, **loader) -> ContextPruner:
                 f"{', '.join(given)} apply when the model is loaded here, not to a ContextPruner"
             )
         return model
-    return ContextPruner.from_pretrained(model, **given)
+    key = (str(Path(model).resolve()) if Path(model).exists() else str(model), tuple(sorted(given.items())))
+    with _LOCK:  # one instance per (model, loader options) in a process, loaded once even by racing threads
+        if key not in _LOADED:
+            _LOADED[key] = ContextPruner.from_pretrained(model, **given)
+        return _LOADED[key]
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[tuple, ContextPruner] = {}
 
 
 def split_options(kwargs: dict, fields: Sequence[str]) -> tuple[dict, dict]:

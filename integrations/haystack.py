@@ -54,7 +54,8 @@ class PrunerComponent:
         return check_settings(fields, self.selection)
 
     def warm_up(self) -> None:
-        """Load the pruner (Haystack calls this before the first run)."""
+        """Load the pruner (Haystack calls this before the first run); components built from the
+        same folder and options share one instance, loaded once even when threads race."""
         if self._pruner is None:
             loader = {"quantized": self.quantized or None, "backend": self.backend, "device": self.device}
             self._pruner = load_pruner(self.model, dtype=self.dtype, **loader)
@@ -64,11 +65,15 @@ class PrunerComponent:
         self.warm_up()
         if not documents:
             return {"documents": []}
-        texts = [d.content or "" for d in documents]
-        result = prune_texts(self._pruner, query, texts, [d.id for d in documents], self._settings())
-        out = []
+        texted = [d for d in documents if d.content is not None]  # a table, an image: passed on as is
+        if not texted:
+            return {"documents": list(documents)}
+        result = prune_texts(
+            self._pruner, query, [d.content for d in texted], [d.id for d in texted], self._settings()
+        )
+        out = [d for d in documents if d.content is None]
         for i, p in kept(result, self.drop_empty, self.top_n):
-            d = documents[i]
+            d = texted[i]
             score = p.relevance if self.top_n is not None else d.score
             meta = {**d.meta, **passage_metadata(p, result)}
             out.append(dataclasses.replace(d, content=p.text, meta=meta, score=score))

@@ -21,7 +21,7 @@ from pruner_model.integrations._common import (
     prune_texts,
     split_options,
 )
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_serializer
 
 FIELDS = ("threshold", "token_budget", "neighbors", "drop_empty", "top_n", "selection")
 
@@ -53,6 +53,11 @@ class PrunerCompressor(BaseDocumentCompressor):
         loader, fields = split_options(dict(kwargs), FIELDS)
         super().__init__(model=load_pruner(model, **loader), **fields)
         self._settings()  # bad settings fail here, not at the first query
+
+    @field_serializer("model")
+    def _model_source(self, model) -> str:
+        """``model_dump``/``model_dump_json`` write where the pruner came from, not the object."""
+        return getattr(model, "source", None) or type(model).__name__
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> PrunerCompressor:

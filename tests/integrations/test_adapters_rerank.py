@@ -101,3 +101,27 @@ def test_ray_predictor_takes_loader_options(int8_folder):
     assert pred.pruner.precision == "int8"
     out = pred({"query": [QUERY], "passages": [TEXTS]})
     assert out["tokens_out"][0] <= 20
+
+
+def test_framework_details_serialize_share_and_pass_on(checkpoint):
+    import json
+    import threading
+
+    from haystack import Document
+    from pruner_model.integrations.haystack import PrunerComponent
+    from pruner_model.integrations.langchain import PrunerCompressor
+
+    comp = PrunerCompressor.from_pretrained(checkpoint, top_n=1)
+    dumped = json.loads(comp.model_dump_json())  # was: Unable to serialize unknown type: ContextPruner
+    assert dumped["model"] == str(checkpoint) and dumped["top_n"] == 1
+    a, b = PrunerComponent(model=str(checkpoint), threshold=0.0), PrunerComponent(model=str(checkpoint))
+    threads = [threading.Thread(target=c.warm_up) for c in (a, b, a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert a._pruner is b._pruner  # one model per (folder, options), however the threads raced
+    table = Document(content=None, meta={"kind": "table"})
+    out = a.run(QUERY, [table, Document(content=TEXTS[1])])["documents"]
+    assert out[0] is table and len(out) == 2  # a document without text is passed on untouched
+    assert a.run(QUERY, [table])["documents"] == [table]
