@@ -39,12 +39,16 @@ class PrunerPostprocessor(BaseNodePostprocessor):
     drop_empty: bool = Field(default=True)
     top_n: int | None = Field(default=None, ge=1)
     selection: dict = Field(default_factory=dict)
+    model: str | None = Field(default=None, description="the folder or hub id the pruner came from")
+    loader: dict = Field(default_factory=dict, description="how it was loaded (quantized, backend, ...)")
     _pruner: Any = PrivateAttr()
 
     def __init__(self, model, **kwargs):
-        loader, fields = split_options(dict(kwargs), FIELDS)
-        super().__init__(**fields)
-        self._pruner = load_pruner(model, **loader)
+        saved = kwargs.pop("loader", None) or {}  # from_dict hands the loader options back
+        loader, fields = split_options({**saved, **kwargs}, FIELDS)
+        pruner = load_pruner(model, **loader)
+        super().__init__(model=getattr(pruner, "source", None), loader=loader, **fields)
+        self._pruner = pruner
         self._settings()  # bad settings fail here, not at the first query
 
     @classmethod

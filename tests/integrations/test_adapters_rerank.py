@@ -125,3 +125,11 @@ def test_framework_details_serialize_share_and_pass_on(checkpoint):
     out = a.run(QUERY, [table, Document(content=TEXTS[1])])["documents"]
     assert out[0] is table and len(out) == 2  # a document without text is passed on untouched
     assert a.run(QUERY, [table])["documents"] == [table]
+
+
+def test_llama_index_round_trips_through_to_dict(checkpoint, int8_folder):
+    from pruner_model.integrations.llama_index import PrunerPostprocessor
+
+    post = PrunerPostprocessor.from_pretrained(int8_folder, quantized=True, top_n=2, threshold=0.0)
+    again = PrunerPostprocessor.from_dict(post.to_dict())  # was: missing model
+    assert again.model == str(int8_folder) and again.top_n == 2 and again._pruner.precision == "int8"
