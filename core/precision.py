@@ -34,7 +34,8 @@ EMULATED_BF16_SLOWDOWN = "about 40x slower than fp32"  # see the module docstrin
 
 
 @functools.lru_cache(maxsize=1)
-def _proc_cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them (empty where /proc/cpuinfo is absent)."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="ignore")
     except OSError:
@@ -46,29 +47,24 @@ def _proc_cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux reports them (empty where /proc/cpuinfo is absent)."""
-    return _proc_cpu_flags()
-
-
-def _onednn_caps_bf16() -> bool:
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).strip().upper()
-    return cap in _ONEDNN_WITHOUT_BF16
+def _onednn_cap() -> str:
+    """``ONEDNN_MAX_CPU_ISA`` (or its older name), upper case; "" when unset."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).strip().upper()
 
 
 def cpu_has_bf16(flags: frozenset[str] | set[str] | None = None) -> bool:
     """Whether bf16 matmuls run natively on this CPU: AVX-512 BF16 or AMX, and not capped off by
     ``ONEDNN_MAX_CPU_ISA``."""
     flags = cpu_flags() if flags is None else flags
-    return ("avx512_bf16" in flags or "amx_bf16" in flags) and not _onednn_caps_bf16()
+    return ("avx512_bf16" in flags or "amx_bf16" in flags) and _onednn_cap() not in _ONEDNN_WITHOUT_BF16
 
 
 def cpu_class(flags: frozenset[str] | set[str] | None = None) -> str:
     """The CPU's class for speed purposes: ``AMX``, ``AVX-512 BF16``, ``AVX-512``, ``AVX2``,
     ``ARM`` or ``other``. Timings in the docs name it."""
     flags = cpu_flags() if flags is None else flags
-    if _onednn_caps_bf16():  # what the kernels may use, not what the silicon has
-        cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).upper()
+    cap = _onednn_cap()
+    if cap in _ONEDNN_WITHOUT_BF16:  # what the kernels may use, not what the silicon has
         return "AVX-512" if cap.startswith("AVX512") else "AVX2" if cap.startswith("AVX2") else "other"
     if "amx_bf16" in flags:
         return "AMX"

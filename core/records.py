@@ -58,10 +58,17 @@ def read_jsonl(path: str | Path, skip_errors: bool = False) -> list[dict]:
     return list(iter_jsonl(path, skip_errors=skip_errors))
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception as the one line a user is shown: its first line, or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @contextmanager
@@ -72,7 +79,7 @@ def atomic_path(path: str | Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the result gets a plain file's mode
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the result gets a plain file's mode
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -189,7 +196,7 @@ def resumable_output(path: str | Path, inputs: Iterable[str | Path] = (), what: 
                     f"{path}:{lineno} is not a JSON record: not an output of {what}, not touched "
                     "(choose another --output)"
                 )
-        if partial:
+        if partial:  # a crash of ours mid-line (rare): cut it
             repair_jsonl(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"pid": os.getpid()}) + "\n", encoding="utf-8")

@@ -139,11 +139,7 @@ class Evaluator:
 
     def _score_model(self, pruner, groups: list[LabeledGroup]) -> tuple[list[ScoredGroup], float]:
         """The model's unit scores under its own score rules (relevance weighting)."""
-        bar = self._bar(len(groups), "scoring (model)")
-        scored = score_groups(pruner, groups)
-        if bar is not None:
-            bar.update(len(groups))
-            bar.close()
+        scored = score_groups(pruner, groups, progress=self.progress_factory is not None)
         exponent = getattr(pruner.config, "relevance_exponent", 0.0)
         return weighted_groups(scored.groups, exponent), scored.seconds
 

@@ -69,6 +69,7 @@ def score_groups(
     tokenizer=None,
     precision: str = "fp32",
     batch_size: int | None = None,
+    progress: bool = False,
 ) -> Scored:
     """Sentence scores of every group, and the token AUC.
 
@@ -78,6 +79,7 @@ def score_groups(
             or a ``ContextPruner`` (its backend, tokenizer, batch size and precision).
         groups: labeled groups, or the same already tokenized (:func:`encode_groups`).
         batch_size: windows per encoder call (default: the pruner's, or 32 for a model).
+        progress: show a progress bar over the windows (stderr).
     """
     t0 = time.perf_counter()
     forward, tokenizer, config, names, batch_size = _forward(scorer, tokenizer, precision, batch_size)
@@ -87,7 +89,15 @@ def score_groups(
     if model is not None:
         model.eval()
     try:
-        out = score_windows(forward, enc.windows, enc.bounds, names, tokenizer.pad_token_id or 0, batch_size)
+        out = score_windows(
+            forward,
+            enc.windows,
+            enc.bounds,
+            names,
+            tokenizer.pad_token_id or 0,
+            batch_size,
+            progress_above=0 if progress else None,
+        )
     finally:
         if was_training:
             model.train()

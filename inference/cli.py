@@ -238,6 +238,30 @@ def export_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# ServerLimits fields as `pruner serve` flags: (field, flag, type, help); whole numbers must be
+# >= 1 and seconds > 0
+LIMIT_FLAGS = (
+    ("max_body_bytes", "--max-body-bytes", int, "request body bytes (413 above)"),
+    ("max_passages", "--max-passages", int, "passages per query (422 above)"),
+    ("max_passage_chars", "--max-passage-chars", int, "characters per passage (422 above)"),
+    ("max_request_tokens", "--max-request-tokens", int, "passage tokens per request (413 above)"),
+    ("deadline_s", "--deadline", float, "seconds before a request gets a 504"),
+    (
+        "max_concurrency",
+        "--max-concurrency",
+        int,
+        "requests in progress at once (503 above; /health and /ready are not counted)",
+    ),
+    ("max_connections", "--max-connections", int, "open connections, idle ones included (503 above)"),
+    (
+        "header_timeout_s",
+        "--header-timeout",
+        float,
+        "seconds a client has to send a request's headers before its connection is closed",
+    ),
+)
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     from pruner_model.inference.server import ServerLimits
 
@@ -257,36 +281,11 @@ def _serve_parser() -> argparse.ArgumentParser:
     add_precision_argument(p)
     p.add_argument("--max-batch", type=int, default=32, help="queries per encoder micro-batch")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="wait for more requests this long")
-    p.add_argument("--max-body-bytes", type=int, default=LIMITS.max_body_bytes)
-    p.add_argument("--max-passages", type=int, default=LIMITS.max_passages)
-    p.add_argument("--max-passage-chars", type=int, default=LIMITS.max_passage_chars)
-    p.add_argument(
-        "--max-request-tokens",
-        type=int,
-        default=LIMITS.max_request_tokens,
-        help="passage tokens per request (413 above)",
-    )
-    p.add_argument(
-        "--deadline", type=float, default=LIMITS.deadline_s, help="seconds before a request gets a 504"
-    )
-    p.add_argument(
-        "--max-concurrency",
-        type=int,
-        default=LIMITS.max_concurrency,
-        help="requests in progress at once (503 above; /health and /ready are not counted)",
-    )
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=LIMITS.max_connections,
-        help="open connections, idle ones included (503 above)",
-    )
-    p.add_argument(
-        "--header-timeout",
-        type=float,
-        default=LIMITS.header_timeout_s,
-        help="seconds a client has to send a request's headers before its connection is closed",
-    )
+    for field, flag, kind, help in LIMIT_FLAGS:
+        metavar = flag.lstrip("-").upper().replace("-", "_")
+        p.add_argument(
+            flag, dest=field, metavar=metavar, type=kind, default=getattr(LIMITS, field), help=help
+        )
     p.add_argument(
         "--api-key-env",
         default="PRUNER_API_KEY",
@@ -311,35 +310,19 @@ def serve_main(argv: list[str] | None = None) -> int:
     args = _serve_parser().parse_args(argv)
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1-65535, got {args.port}")
-    for name in (
-        "max_batch",
-        "max_body_bytes",
-        "max_passages",
-        "max_passage_chars",
-        "max_request_tokens",
-        "max_concurrency",
-        "max_connections",
-    ):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    if not args.deadline > 0 or not args.max_wait_ms >= 0 or not args.header_timeout > 0:
-        raise ValueError("--deadline and --header-timeout must be > 0 and --max-wait-ms >= 0")
+    if args.max_batch < 1 or not args.max_wait_ms >= 0:
+        raise ValueError("--max-batch must be >= 1 and --max-wait-ms >= 0")
+    for field, flag, kind, _ in LIMIT_FLAGS:
+        value = getattr(args, field)
+        if (kind is int and value < 1) or (kind is float and not value > 0):
+            raise ValueError(f"{flag} must be {'>= 1' if kind is int else '> 0'}, got {value}")
     model_dir = existing_model_dir(args.model)
     import uvicorn
     from pruner_model.inference.http_protocol import protocol_with_header_timeout
     from pruner_model.inference.server import ServerLimits, create_app
 
     pruner = load_pruner(model_dir, args, device=args.device, quantized=args.quantized)
-    limits = ServerLimits(
-        max_body_bytes=args.max_body_bytes,
-        max_passages=args.max_passages,
-        max_passage_chars=args.max_passage_chars,
-        max_request_tokens=args.max_request_tokens,
-        deadline_s=args.deadline,
-        header_timeout_s=args.header_timeout,
-        max_concurrency=args.max_concurrency,
-        max_connections=args.max_connections,
-    )
+    limits = ServerLimits(**{field: getattr(args, field) for field, *_ in LIMIT_FLAGS})
     api_key = os.environ.get(args.api_key_env) or None
     app = create_app(  # runs the model self-check: a broken model fails here, with one line
         pruner,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pruner_model.core.records import error_line
+
 
 def resolve_model_path(path: str | Path) -> Path:
     """A local folder as is; otherwise a hub repo id (``owner/name``) fetched into the hub cache."""
@@ -37,8 +39,7 @@ def load_config(path: Path):
     try:
         return PrunerConfig.from_pretrained(str(path))
     except (ValueError, TypeError, OSError) as exc:  # json errors are ValueErrors
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path / 'config.json'}: not a usable pruner config ({msg})") from None
+        raise ValueError(f"{path / 'config.json'}: not a usable pruner config ({error_line(exc)})") from None
 
 
 def load_tokenizer(path: Path):
@@ -48,5 +49,4 @@ def load_tokenizer(path: Path):
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except (ValueError, TypeError, OSError) as exc:  # a broken or dangling tokenizer.json
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: the tokenizer files cannot be read ({msg})") from None
+        raise ValueError(f"{path}: the tokenizer files cannot be read ({error_line(exc)})") from None

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from pruner_model.core.records import atomic_path
+from pruner_model.core.records import atomic_path, current_umask
 from pruner_model.core.scoring import pad_rows, pad_value
 
 # encoder families whose attention/LayerNorm/GELU subgraphs onnxruntime's transformer optimizer
@@ -157,7 +157,7 @@ def export_onnx(
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.export-", dir=output_dir.parent))
     try:
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; a folder's usual mode
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes it private; a folder's usual mode
         report = _export_into(
             model_dir, staging, opset, quantize, validate, fuse, calibration_records, calibration_groups
         )
@@ -177,12 +177,6 @@ def export_onnx(
             f"{why}: int8 file not kept; the fp32 export in {output_dir} is valid (serve it without --quantized)"
         )
     return report
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _swap_in(staging: Path, output_dir: Path) -> None:

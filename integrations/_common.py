@@ -14,8 +14,9 @@ from pruner_model.inference.settings import SelectionParams
 
 # how the pruner is loaded (ContextPruner.from_pretrained), as opposed to how it selects
 LOADER_OPTIONS = ("backend", "device", "quantized", "dtype", "batch_size")
-# the selection settings every adapter has as its own fields
+# the selection settings every adapter has as its own fields, and all of its fields
 ADAPTER_SETTINGS = ("threshold", "token_budget", "neighbors")
+ADAPTER_FIELDS = (*ADAPTER_SETTINGS, "drop_empty", "top_n", "selection")
 
 
 def load_pruner(model: str | Path | ContextPruner, **loader) -> ContextPruner:
@@ -66,6 +67,11 @@ def check_settings(fields: dict, selection: dict) -> dict:
     settings = {**{k: v for k, v in fields.items() if v is not None}, **selection}
     SelectionParams().replace(**settings)  # unknown names and bad values fail here
     return settings
+
+
+def adapter_settings(adapter) -> dict:
+    """:func:`check_settings` of an adapter's own fields and its ``selection``."""
+    return check_settings({k: getattr(adapter, k) for k in ADAPTER_SETTINGS}, adapter.selection)
 
 
 def prune_texts(

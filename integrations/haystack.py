@@ -12,7 +12,13 @@ import dataclasses
 from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
-from pruner_model.integrations._common import check_settings, kept, load_pruner, passage_metadata, prune_texts
+from pruner_model.integrations._common import (
+    adapter_settings,
+    kept,
+    load_pruner,
+    passage_metadata,
+    prune_texts,
+)
 
 
 @component
@@ -44,14 +50,10 @@ class PrunerComponent:
         self.drop_empty, self.top_n = drop_empty, top_n
         self.selection = dict(selection or {})
         self.quantized, self.backend, self.device, self.dtype = quantized, backend, device, dtype
-        self._settings()  # bad settings fail here, not at the first run
+        adapter_settings(self)  # bad settings fail here, not at the first run
         if top_n is not None and top_n < 1:
             raise ValueError(f"top_n must be >= 1, got {top_n}")
         self._pruner = None
-
-    def _settings(self) -> dict:
-        fields = {"threshold": self.threshold, "token_budget": self.token_budget, "neighbors": self.neighbors}
-        return check_settings(fields, self.selection)
 
     def warm_up(self) -> None:
         """Load the pruner (Haystack calls this before the first run); components built from the
@@ -63,13 +65,11 @@ class PrunerComponent:
     @component.output_types(documents=list[Document])
     def run(self, query: str, documents: list[Document]) -> dict[str, list[Document]]:
         self.warm_up()
-        if not documents:
-            return {"documents": []}
         texted = [d for d in documents if d.content is not None]  # a table, an image: passed on as is
         if not texted:
             return {"documents": list(documents)}
         result = prune_texts(
-            self._pruner, query, [d.content for d in texted], [d.id for d in texted], self._settings()
+            self._pruner, query, [d.content for d in texted], [d.id for d in texted], adapter_settings(self)
         )
         out = [d for d in documents if d.content is None]
         for i, p in kept(result, self.drop_empty, self.top_n):

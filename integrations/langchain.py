@@ -14,7 +14,8 @@ from typing import Any
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pruner_model.integrations._common import (
-    check_settings,
+    ADAPTER_FIELDS,
+    adapter_settings,
     kept,
     load_pruner,
     passage_metadata,
@@ -22,8 +23,6 @@ from pruner_model.integrations._common import (
     split_options,
 )
 from pydantic import ConfigDict, Field, field_serializer
-
-FIELDS = ("threshold", "token_budget", "neighbors", "drop_empty", "top_n", "selection")
 
 
 class PrunerCompressor(BaseDocumentCompressor):
@@ -50,9 +49,9 @@ class PrunerCompressor(BaseDocumentCompressor):
     selection: dict = Field(default_factory=dict)  # any other SelectionParams field
 
     def __init__(self, model, **kwargs):
-        loader, fields = split_options(dict(kwargs), FIELDS)
+        loader, fields = split_options(dict(kwargs), ADAPTER_FIELDS)
         super().__init__(model=load_pruner(model, **loader), **fields)
-        self._settings()  # bad settings fail here, not at the first query
+        adapter_settings(self)  # bad settings fail here, not at the first query
 
     @field_serializer("model")
     def _model_source(self, model) -> str:
@@ -65,17 +64,15 @@ class PrunerCompressor(BaseDocumentCompressor):
         compressor's fields."""
         return cls(model=path, **kwargs)
 
-    def _settings(self) -> dict:
-        fields = {"threshold": self.threshold, "token_budget": self.token_budget, "neighbors": self.neighbors}
-        return check_settings(fields, self.selection)
-
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         if not documents:
             return []
         ids = [d.id or str(i) for i, d in enumerate(documents)]
-        result = prune_texts(self.model, query, [d.page_content for d in documents], ids, self._settings())
+        result = prune_texts(
+            self.model, query, [d.page_content for d in documents], ids, adapter_settings(self)
+        )
         out = []
         for i, p in kept(result, self.drop_empty, self.top_n):
             doc = documents[i]

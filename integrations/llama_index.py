@@ -14,15 +14,14 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from pruner_model.integrations._common import (
-    check_settings,
+    ADAPTER_FIELDS,
+    adapter_settings,
     kept,
     load_pruner,
     passage_metadata,
     prune_texts,
     split_options,
 )
-
-FIELDS = ("threshold", "token_budget", "neighbors", "drop_empty", "top_n", "selection")
 
 
 class PrunerPostprocessor(BaseNodePostprocessor):
@@ -45,11 +44,11 @@ class PrunerPostprocessor(BaseNodePostprocessor):
 
     def __init__(self, model, **kwargs):
         saved = kwargs.pop("loader", None) or {}  # from_dict hands the loader options back
-        loader, fields = split_options({**saved, **kwargs}, FIELDS)
+        loader, fields = split_options({**saved, **kwargs}, ADAPTER_FIELDS)
         pruner = load_pruner(model, **loader)
         super().__init__(model=getattr(pruner, "source", None), loader=loader, **fields)
         self._pruner = pruner
-        self._settings()  # bad settings fail here, not at the first query
+        adapter_settings(self)  # bad settings fail here, not at the first query
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> PrunerPostprocessor:
@@ -58,10 +57,6 @@ class PrunerPostprocessor(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "PrunerPostprocessor"
-
-    def _settings(self) -> dict:
-        fields = {"threshold": self.threshold, "token_budget": self.token_budget, "neighbors": self.neighbors}
-        return check_settings(fields, self.selection)
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
@@ -72,7 +67,7 @@ class PrunerPostprocessor(BaseNodePostprocessor):
             return []
         texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
         ids = [n.node.node_id for n in nodes]
-        result = prune_texts(self._pruner, query_bundle.query_str, texts, ids, self._settings())
+        result = prune_texts(self._pruner, query_bundle.query_str, texts, ids, adapter_settings(self))
         out = []
         for i, p in kept(result, self.drop_empty, self.top_n):
             n = nodes[i]

@@ -71,8 +71,9 @@ def run_guarded(fn, argv) -> int:
     except Exception as exc:  # the user sees one line, never a traceback
         if os.environ.get("PRUNER_DEBUG"):
             raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: {msg}", file=sys.stderr)
+        from pruner_model.core.records import error_line
+
+        print(f"error: {error_line(exc)}", file=sys.stderr)
         return 2
 
 

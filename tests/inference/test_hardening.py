@@ -1,5 +1,5 @@
 """Hardening through the public interfaces: a live `pruner serve` on 127.0.0.1 (bounded in count
-and time), the CLI, and the Python API. Each test is one defect of an adversarial probe."""
+and time), the CLI, and the Python API. Each test pins one way bad or hostile input must be handled."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.inference.test_reliability import Served
 
 pytestmark = pytest.mark.slow
 GOOD = {"query": "When was the tower built?", "passages": ["The tower was built in 1889. It is iron."]}
-# patterns that backtrack catastrophically on these texts (the probe's 31 characters the `regex`
+# patterns that backtrack catastrophically on these texts (31 characters the `regex`
 # engine answers at once; 5000 are past any budget)
 EXPLOSIVE = ("(a+)+$", "a" * 5000 + "b")
 
@@ -71,7 +71,7 @@ def health_latencies(server, n=7) -> list[float]:
 # ---------------------------------------------------------------------------- 1. must_keep
 def test_catastrophic_must_keep_pattern_is_stopped_in_python(pruner):
     t = time.perf_counter()
-    r = pruner.prune("q?", ["a" * 30 + "b"], must_keep=["(a+)+$"])  # the probe: 200 s with `re`
+    r = pruner.prune("q?", ["a" * 30 + "b"], must_keep=["(a+)+$"])  # 200 s with the standard `re` engine
     assert r.stats.sentences_in == 1 and time.perf_counter() - t < 5
     pattern, text = EXPLOSIVE
     t = time.perf_counter()
