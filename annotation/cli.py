@@ -21,7 +21,12 @@ def _data_parser() -> argparse.ArgumentParser:
         "Writes OUT/<split>.jsonl (labeled records), OUT/<split>.groups.jsonl (raw groups for "
         "'pruner annotate') and OUT/report.json. reddit and amazon are held out and refused.",
     )
-    p.add_argument("source", choices=["squad"], help="the data family (SQuAD format)")
+    p.add_argument(
+        "source",
+        choices=["squad", "mix"],
+        help="squad: the SQuAD-format family; mix: every other QA source of the sdist in one pool "
+        "('pruner data mix --help')",
+    )
     p.add_argument("--output", default="data/squad", help="output folder (default: data/squad)")
     p.add_argument("--train-splits", nargs="*", default=["squaddev", "new_wiki"])
     p.add_argument("--dev-splits", nargs="*", default=["nyt"])
@@ -62,6 +67,9 @@ def _data_parser() -> argparse.ArgumentParser:
 def data_main(argv: list[str] | None = None) -> int:
     from pruner_model.annotation.squad import build_groups, fetch_squad_split, load_squad
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mix"]:
+        return mix_main(argv[1:])
     args = _data_parser().parse_args(argv)
     if not 0 <= args.no_gold_share <= 1:
         raise ValueError("--no-gold-share must be in [0, 1]")
@@ -138,6 +146,103 @@ def data_main(argv: list[str] | None = None) -> int:
             f"{kinds['negative']} negatives, {no_gold} groups without gold) -> {out / (name + '.jsonl')}",
             file=sys.stderr,
         )
+    write_json(out / "report.json", report)
+    return 0
+
+
+def _mix_parser() -> argparse.ArgumentParser:
+    from pruner_model.annotation.sources import TASK_FILES
+
+    p = argparse.ArgumentParser(
+        prog="pruner data mix",
+        description="Build retriever-style query groups from the other QA sources of the bigbench==1.0.0 "
+        "sdist (search queries, news and fiction, disfluent questions, blogs; docs/data.md): documents "
+        "cut into chunks, one pool across sources, split by document into train / calibration / dev. "
+        "Writes OUT/<split>.jsonl, OUT/<split>.groups.jsonl and OUT/report.json (per source: questions "
+        "kept, answer-mapping failures, licence). CoQA is reserved for outside evaluation and never read.",
+    )
+    p.add_argument("--output", default="data/mix", help="output folder (default: data/mix)")
+    p.add_argument(
+        "--sources",
+        default=",".join(TASK_FILES),
+        help=f"comma list of sources (default: all of {', '.join(TASK_FILES)})",
+    )
+    p.add_argument("--passages-per-group", type=int, default=5)
+    p.add_argument("--same-doc", type=int, default=1, help="other chunks of the question's document")
+    p.add_argument("--mined", type=int, default=2, help="TF-IDF-retrieved chunks without the answer")
+    p.add_argument(
+        "--no-gold-share", type=float, default=0.15, help="share of answerable questions without their gold"
+    )
+    p.add_argument("--chunk-words", type=int, default=150, help="at most this many words a passage")
+    p.add_argument("--max-train-questions", type=int, default=6000, help="per source (0 = all)")
+    p.add_argument("--max-dev-questions", type=int, default=600, help="per source, calibration and dev each")
+    p.add_argument(
+        "--squad-train",
+        default="data/squad/train.jsonl",
+        help="SQuAD training records: documents they hold stay in train (skipped when missing)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache-dir", default=None)
+    return p
+
+
+# over 60 lines: the `pruner data mix` steps in order (read every source, pool, write, report)
+def mix_main(argv: list[str]) -> int:
+    from pruner_model.annotation.mix import SPLITS, MixSettings, _norm, build_mix
+    from pruner_model.annotation.sources import LICENCES, TASK_FILES, load_source
+    from pruner_model.core.records import iter_jsonl
+    from tqdm.auto import tqdm
+
+    args = _mix_parser().parse_args(argv)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    unknown = [s for s in sources if s not in TASK_FILES]
+    if unknown or not sources:
+        raise ValueError(
+            f"unknown source {unknown[0] if unknown else ''!r}; choose from {', '.join(TASK_FILES)}"
+        )
+    if args.max_train_questions < 0 or args.max_dev_questions < 0:
+        raise ValueError("--max-train-questions and --max-dev-questions must be >= 0")
+    dev_cap = args.max_dev_questions or None
+    settings = MixSettings(
+        args.passages_per_group,
+        args.same_doc,
+        args.mined,
+        args.no_gold_share,
+        args.chunk_words,
+        max_questions={"train": args.max_train_questions or None, "calibration": dev_cap, "dev": dev_cap},
+        seed=args.seed,
+    )
+    examples, report = [], {"sources": {}, "settings": vars(args) | {"sources": sources}}
+    for src in sources:
+        ex, rep = load_source(src, cache_dir=args.cache_dir)
+        examples += ex
+        report["sources"][src] = rep.to_dict() | {"licence": LICENCES[src]}
+        print(
+            f"{src}: {rep.kept}/{rep.questions} questions kept, answer not found for {rep.unmapped} "
+            f"({rep.mapping_failure_rate:.1%}), skipped {sum(rep.skipped.values())} {rep.skipped or ''}",
+            file=sys.stderr,
+        )
+    train_texts = set()
+    if Path(args.squad_train).is_file():
+        train_texts = {_norm(r["context"]) for r in iter_jsonl(args.squad_train)}
+    with tqdm(desc="building groups", unit="query") as bar:
+        records, groups, stats = build_mix(examples, settings, train_texts, progress=bar)
+    out = Path(args.output)
+    for split in SPLITS:
+        write_jsonl(out / f"{split}.jsonl", records[split])
+        write_jsonl(out / f"{split}.groups.jsonl", groups[split])
+        per = Counter(r["id"].split("/", 1)[0].split(":", 1)[0] for r in groups[split] for _ in [0])
+        report[split] = {
+            "groups": len(groups[split]),
+            "records": len(records[split]),
+            "per_source": dict(per),
+        }
+        print(
+            f"{split}: {len(groups[split])} groups, {len(records[split])} records "
+            f"({', '.join(f'{k} {v}' for k, v in sorted(per.items()))}) -> {out / (split + '.jsonl')}",
+            file=sys.stderr,
+        )
+    report["pool"] = stats
     write_json(out / "report.json", report)
     return 0
 

@@ -44,6 +44,48 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("PRUNER_CACHE", Path.home() / ".cache" / "pruner"))
 
 
+def bigbench_sdist(cache_dir: Path | None = None) -> Path:
+    """The ``bigbench`` sdist in the cache, downloaded once with pip if needed."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    downloads = cache_dir / "downloads"
+    sdist = downloads / f"bigbench-{BIGBENCH_VERSION}.tar.gz"
+    if sdist.is_file():
+        return sdist
+    downloads.mkdir(parents=True, exist_ok=True)
+    logger.info(f"downloading bigbench=={BIGBENCH_VERSION} sdist (358 MB, once) into {downloads}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        f"bigbench=={BIGBENCH_VERSION}",
+        "-d",
+        str(downloads),
+        "--quiet",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not sdist.is_file():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"could not download bigbench=={BIGBENCH_VERSION}: {last}")
+    return sdist
+
+
+def extract_from_sdist(members: dict[str, Path], cache_dir: Path | None = None) -> None:
+    """Copy ``members`` (path under ``bigbench/benchmark_tasks/`` -> target file) out of the sdist,
+    each written whole or not at all."""
+    prefix = f"bigbench-{BIGBENCH_VERSION}/bigbench/benchmark_tasks/"
+    with tarfile.open(bigbench_sdist(cache_dir)) as tar:
+        for name, target in members.items():
+            data = tar.extractfile(tar.getmember(prefix + name)).read()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.parent / f".{target.name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(target)
+
+
 def fetch_squad_split(split: str, cache_dir: Path | None = None) -> Path:
     """Path of a SQuAD-format JSON split, downloading the bigbench sdist once if needed."""
     if split in HELD_OUT:
@@ -52,39 +94,10 @@ def fetch_squad_split(split: str, cache_dir: Path | None = None) -> Path:
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SQUAD_FILES)}")
     cache_dir = Path(cache_dir or default_cache_dir())
     target = cache_dir / "squad_shifts" / SQUAD_FILES[split]
-    if target.is_file():
-        return target
-    downloads = cache_dir / "downloads"
-    sdist = downloads / f"bigbench-{BIGBENCH_VERSION}.tar.gz"
-    if not sdist.is_file():
-        downloads.mkdir(parents=True, exist_ok=True)
-        logger.info(f"downloading bigbench=={BIGBENCH_VERSION} sdist (358 MB, once) into {downloads}")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            f"bigbench=={BIGBENCH_VERSION}",
-            "-d",
-            str(downloads),
-            "--quiet",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not sdist.is_file():
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"could not download bigbench=={BIGBENCH_VERSION}: {last}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f"bigbench-{BIGBENCH_VERSION}/bigbench/benchmark_tasks/squad_shifts/"
-    with tarfile.open(sdist) as tar:
-        for name in SQUAD_FILES.values():  # extract only the allowed splits
-            member = tar.getmember(prefix + name)
-            data = tar.extractfile(member).read()
-            tmp = target.parent / f".{name}.tmp"
-            tmp.write_bytes(data)
-            tmp.replace(target.parent / name)
+    if not target.is_file():  # extract only the allowed splits
+        extract_from_sdist(
+            {f"squad_shifts/{name}": target.parent / name for name in SQUAD_FILES.values()}, cache_dir
+        )
     return target
 
 

@@ -37,6 +37,9 @@ class PrunerConfig(PreTrainedConfig):
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
     sentence_loss_weight: float = 0.0  # weight of the sentence ranking loss (training only: each
     # relevant sentence of a window against that window's other sentences, on mean token logits)
+    passage_loss_weight: float = 0.0  # weight of the passage ranking loss (training only, with
+    # whole query groups per batch: the relevant windows of a query against all of its windows,
+    # a softmax over relevance logits, as rerankers learn from retrieved hard negatives)
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
     # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
     relevance_prior: float = 0.2  # likewise for the relevance head
@@ -74,7 +77,7 @@ class PrunerConfig(PreTrainedConfig):
             raise ValueError(f"max_query_length must be >= 1, got {self.max_query_length}")
         if not 0.0 <= self.head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
-        for name in ("relevance_loss_weight", "sentence_loss_weight"):
+        for name in ("relevance_loss_weight", "sentence_loss_weight", "passage_loss_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 

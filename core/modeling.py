@@ -179,6 +179,9 @@ class PrunerModel(PreTrainedModel):
             loss = loss + self.config.relevance_loss_weight * nn.functional.binary_cross_entropy_with_logits(
                 relevance_logits.float(), relevance_labels.float()
             )
+        weight = getattr(self.config, "passage_loss_weight", 0.0)
+        if relevance_labels is not None and groups is not None and weight > 0:
+            loss = loss + weight * passage_ranking_loss(relevance_logits, relevance_labels, groups)
         return loss
 
     @classmethod
@@ -263,6 +266,34 @@ def sentence_ranking_loss(
     per = nn.functional.softplus(neg_lse.masked_fill(~rows, 0.0).unsqueeze(1) - mean)  # [B, n]
     use = pos & rows.unsqueeze(1)
     return per[use].mean()
+
+
+def passage_ranking_loss(
+    relevance_logits: torch.Tensor, relevance_labels: torch.Tensor, groups: torch.Tensor
+) -> torch.Tensor:
+    """The relevant windows of each query group against all of the group's windows: ``-log(sum
+    over relevant exp(z) / sum over the group exp(z))``, averaged over the groups that have both a
+    relevant and an irrelevant window (0 when none has). Binary relevance scores each window
+    alone; this asks the answer's passage to outrank the distractors retrieved with it.
+
+    >>> z = torch.tensor([2.0, 0.0, 0.0, 1.0, 1.0])
+    >>> y = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
+    >>> g = torch.tensor([0, 0, 0, 1, 1])  # group 1 has no relevant window: left out
+    >>> round(float(passage_ranking_loss(z, y, g)), 4)  # log(e^2 + 2) - 2
+    0.2395
+    """
+    z = relevance_logits.float()
+    pos = relevance_labels > 0.5
+    same = groups.view(-1, 1) == groups.view(1, -1)  # [B, B]
+    all_lse = torch.logsumexp(z.view(1, -1).masked_fill(~same, float("-inf")), dim=1)
+    pos_lse = torch.logsumexp(z.view(1, -1).masked_fill(~(same & pos.view(1, -1)), float("-inf")), dim=1)
+    has_neg = (same & ~pos.view(1, -1)).any(dim=1)
+    rows = pos & has_neg  # one term per relevant window: its group's loss, weighted per group below
+    if not rows.any():
+        return z.new_zeros(())
+    per = (all_lse - pos_lse)[rows]
+    n_pos = (same & pos.view(1, -1)).sum(dim=1)[rows].float()  # each group counts once
+    return (per / n_pos).sum() / (1.0 / n_pos).sum()
 
 
 def _build_encoder(config: PrunerConfig):

@@ -51,6 +51,11 @@ def group_of(record: dict) -> str:
     return str(record["id"]).split("/", 1)[0]
 
 
+def source_of(record: dict) -> str:
+    """The source a record came from (``source`` as `pruner data` writes it; ``user`` without)."""
+    return str(record.get("source") or (record.get("meta") or {}).get("source") or "user")
+
+
 def passage_id_of(record: dict) -> str:
     """The passage part of a labeled record's id (after its group id and ``/``)."""
     rid, gid = str(record["id"]), group_of(record)
@@ -97,6 +102,7 @@ def load_groups(
                     "title": r.get("title"),
                     "text": text,
                     "relevant_spans": r["relevant_spans"],
+                    "role": (r.get("meta") or {}).get("role"),
                 }
             )
             units.append(us)

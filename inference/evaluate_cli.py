@@ -18,7 +18,12 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         "that reaches --target-evidence and, with --write-threshold, stores it in the model's config.json.",
     )
     p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
-    p.add_argument("--data", required=True, help="labeled records (JSONL), e.g. data/squad/dev.jsonl")
+    p.add_argument(
+        "--data",
+        required=True,
+        nargs="+",
+        help="labeled records (JSONL), e.g. data/squad/dev.jsonl (several files are read as one)",
+    )
     p.add_argument("--output", required=True, help="report folder")
     p.add_argument("--target-evidence", type=float, default=0.97)
     p.add_argument(
@@ -50,6 +55,14 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         "answers sharing <= 1 content word with the query, noisy = lower-cased, thinned "
         "punctuation, typos; join shifts with '+' to combine them (mined+noisy)",
     )
+    p.add_argument(
+        "--by-source",
+        action="store_true",
+        help="report each source of the records apart (groups --start:--start+--max-groups of each "
+        "source's permutation): compression at 95%% and 97%% kept, best F1, the promise at the "
+        "checkpoint's threshold, tokens kept by passage role (gold, same document, mined, random, no "
+        "answer) and how the relevance head ranks gold passages; writes sources.json and sources.md",
+    )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
@@ -69,6 +82,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     pruner = load_pruner(model_dir, args, quantized=args.quantized)
+    if args.by_source:
+        return _by_source(args, pruner, records)
     report = evaluate(
         pruner,
         records,
@@ -121,7 +136,9 @@ def _read_records(args) -> list[dict]:
     """The labeled records, as a shifted slice of the selected groups with ``--slice``."""
     from pruner_model.core.records import read_jsonl, validate_labeled
 
-    records = [validate_labeled(r, f"{args.data}:{i}") for i, r in enumerate(read_jsonl(args.data), 1)]
+    records = [
+        validate_labeled(r, f"{path}:{i}") for path in args.data for i, r in enumerate(read_jsonl(path), 1)
+    ]
     if args.slice is None:
         return records
     from pruner_model.evaluation.groups import group_of, range_ids
@@ -157,6 +174,34 @@ def _write_report(args, pruner, report: dict) -> Path:
         file=sys.stderr,
     )
     return out
+
+
+def _by_source(args, pruner, records: list[dict]) -> int:
+    """`--by-source`: the per-source tables, written and printed."""
+    from pruner_model.core.records import write_json
+    from pruner_model.evaluation.sources import evaluate_sources, sources_markdown
+
+    if args.slice is not None:
+        raise ValueError("--by-source reports the records as they are: leave out --slice")
+    by_source = evaluate_sources(
+        pruner, records, args.max_groups or None, args.start, args.seed, progress=True
+    )
+    if not by_source:
+        raise ValueError("no groups to evaluate")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "data": args.data,
+        "start": args.start,
+        "max_groups": args.max_groups or None,
+        "checkpoint_threshold": float(pruner.config.threshold),
+        "sources": by_source,
+    }
+    write_json(out / "sources.json", report)
+    text = sources_markdown(by_source)
+    (out / "sources.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
 
 
 def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:

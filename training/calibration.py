@@ -70,6 +70,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     precision = calibration_precision(model, cfg)
     scored, auc = _score(model, tokenizer, groups, precision)
     shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
+    shifted.update(_score_sources(model, tokenizer, cfg, precision, quiet))
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]
@@ -163,6 +164,40 @@ def _score_shifts(
         if copies:
             out[name] = _score(model, tokenizer, copies, precision)[0]
     return out
+
+
+def source_slices(cfg: TrainConfig, start: int = 0, stop: int | None = None, config=None) -> dict:
+    """``{"source:<name>": groups}``: groups ``start:stop`` of each source's seeded permutation in
+    ``data.calibration_sources`` (sources without a labeled sentence, e.g. passage-level only,
+    have no evidence to calibrate on and are left out)."""
+    from pruner_model.evaluation.groups import source_of
+    from pruner_model.training.data import read_records
+
+    d = cfg.data
+    if not d.calibration_sources:
+        return {}
+    records, _ = read_records(d.calibration_sources, None, d.dedup, d.seed)
+    by_source: dict[str, list[dict]] = {}
+    for r in records:
+        by_source.setdefault(source_of(r), []).append(r)
+    lang = getattr(config, "segmenter_language", "english")
+    structure = getattr(config, "segmenter_structure", True)
+    out = {}
+    for src in sorted(by_source):
+        gs = load_range(by_source[src], d.seed, start, stop, lang, structure)
+        if any(g.has_evidence for g in gs):
+            out[f"source:{src}"] = gs
+    return out
+
+
+def _score_sources(model, tokenizer, cfg: TrainConfig, precision: Precision, quiet: bool) -> dict:
+    """Each calibration source's groups, scored (slices of their own beside the shifts)."""
+    slices = source_slices(cfg, 0, cfg.data.calibration_source_groups, model.config)
+    if slices and not quiet:
+        logger.info(
+            "calibration sources: " + ", ".join(f"{k[7:]} {len(v)} groups" for k, v in slices.items())
+        )
+    return {name: _score(model, tokenizer, gs, precision)[0] for name, gs in slices.items()}
 
 
 def _log_calibration(candidates: list[dict], folds: int, with_exponent: bool, several: bool) -> None:

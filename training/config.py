@@ -28,6 +28,7 @@ MODEL_OVERRIDES = (
     "head_dropout",
     "relevance_loss_weight",
     "sentence_loss_weight",
+    "passage_loss_weight",
     "query_match",
 )
 
@@ -44,6 +45,8 @@ class ModelSection:
     relevance_loss_weight: float | None = None  # the relevance head also feeds the passage gate
     sentence_loss_weight: float | None = None  # sentence ranking loss: relevant sentences above their
     # passage neighbours (the errors that cost most compression); 0 = token BCE only
+    passage_loss_weight: float | None = None  # passage ranking loss: the answer's passage above the
+    # others of its query (needs train.group_batches); 0 = relevance BCE only
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
 
     def overrides(self) -> dict:
@@ -77,9 +80,29 @@ class DataSection:
     # with max_train_groups: this share of the kept groups are questions whose answer sentences
     # share at most one content word with the question (null: drawn as they come)
     low_overlap_share: float | None = None
+    # source -> sampling weight: max_train_groups is drawn from each source (the record's
+    # ``source``, e.g. squad, nq, multirc) in proportion; sources without a weight are left out.
+    # null: groups are drawn as they come from every file
+    mix: dict[str, float] | None = None
+    # labeled records whose query groups, per source, join the calibration as slices of their own
+    # (e.g. data/mix/calibration.jsonl): the threshold then keeps its promise on every source
+    calibration_sources: list[str] = field(default_factory=list)
+    calibration_source_groups: int = 200  # groups of each source's calibration slice
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.mix is not None:
+            if not isinstance(self.mix, dict) or not self.mix:
+                raise ConfigError("data.mix must map source names to weights, e.g. {squad: 0.5, nq: 0.5}")
+            for name, weight in self.mix.items():
+                if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+                    raise ConfigError(f"data.mix.{name} must be a weight > 0, got {weight!r}")
+            if self.max_train_groups is None:
+                raise ConfigError("data.mix draws data.max_train_groups groups by weight: set both")
+        if self.calibration_source_groups < 1:
+            raise ConfigError(
+                f"data.calibration_source_groups must be >= 1, got {self.calibration_source_groups}"
+            )
         for name in (
             "max_train_groups",
             "max_dev_groups",
@@ -366,6 +389,8 @@ def _allowed_types(hint) -> tuple:
         return out
     if origin is list:
         return (list,)
+    if origin is dict:
+        return (dict,)
     if hint is float:
         return (float, int)
     if hint in (int, str, bool):

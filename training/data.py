@@ -19,7 +19,7 @@ import numpy as np
 from pruner_model.core.alignment import token_to_sentence, unit_bounds
 from pruner_model.core.records import RecordError, iter_jsonl, validate_labeled
 from pruner_model.core.scoring import pad_rows, pad_value
-from pruner_model.evaluation.groups import group_of
+from pruner_model.evaluation.groups import group_of, source_of
 from pruner_model.evaluation.shifts import low_overlap_groups
 from pruner_model.evaluation.textnoise import noisy_record
 
@@ -62,17 +62,24 @@ def read_records(
     dedup: bool = True,
     seed: int = 0,
     low_overlap_share: float | None = None,
+    mix: dict[str, float] | None = None,
 ) -> tuple[list[dict], DataReport]:
     """Validated labeled records of ``files`` (whole groups subsampled to ``max_groups``; with
     ``low_overlap_share``, that share of the kept groups, or all there are, are questions whose
     answer sentences share at most one content word with the query:
-    :func:`pruner_model.evaluation.shifts.low_overlap_groups`, the ``low_overlap`` slice's criterion)."""
+    :func:`pruner_model.evaluation.shifts.low_overlap_groups`, the ``low_overlap`` slice's criterion).
+
+    With ``mix`` (source -> weight), the ``max_groups`` groups are drawn from each source in
+    proportion to its weight (sources without a weight are left out), the low-overlap share
+    applying within each source."""
     report = DataReport(files=[str(f) for f in files])
     seen: set[str] = set()
     records: list[dict] = []
     for f in files:
         if not Path(f).is_file():
-            raise RecordError(f"{f}: no such file (build it with 'pruner data squad' or 'pruner annotate')")
+            raise RecordError(
+                f"{f}: no such file (build it with 'pruner data squad', 'pruner data mix' or 'pruner annotate')"
+            )
         for lineno, rec in enumerate(iter_jsonl(f), 1):
             report.records_read += 1
             validate_labeled(rec, f"{f}:{lineno}")
@@ -89,28 +96,51 @@ def read_records(
                     continue
                 seen.add(key)
             record = {k: rec[k] for k in ("id", "query", "context", "relevant_spans")}
-            record["meta"] = {"group": group_of(rec)}
-            answers = (rec.get("meta") or {}).get("answers")
-            if answers:  # every annotator's answer: calibration.every_answer labels their sentences
-                record["meta"]["answers"] = answers
+            meta = rec.get("meta") or {}
+            record["meta"] = {"group": group_of(rec), "source": source_of(rec)}
+            if meta.get(
+                "answers"
+            ):  # every annotator's answer: calibration.every_answer labels their sentences
+                record["meta"]["answers"] = meta["answers"]
+            for key in ("role", "passage_only"):  # the passage's part in its group; sentences unlabeled
+                if key in meta:
+                    record["meta"][key] = meta[key]
             records.append(record)
+    if mix is not None:
+        records = [r for r in records if r["meta"]["source"] in mix]
     if max_groups is not None:
-        gids = sorted({group_of(r) for r in records})
-        random.Random(seed).shuffle(gids)
-        if low_overlap_share is not None:
-            low = low_overlap_groups(records)
-            low_ids = [g for g in gids if g in low]
-            n_low = round(low_overlap_share * max_groups)
-            others = [g for g in gids if g not in low][: max_groups - min(n_low, len(low_ids))]
-            gids = low_ids[:n_low] + others + low_ids[n_low:]  # short of others: more low-overlap
-            report.low_overlap_groups = sum(g in low for g in gids[:max_groups])
-        keep = set(gids[:max_groups])
+        if mix is None:
+            keep = _draw(records, max_groups, seed, low_overlap_share, report)
+        else:
+            total = sum(mix.values())
+            keep, n_low = set(), 0
+            for k, (src, weight) in enumerate(sorted(mix.items())):
+                part = [r for r in records if r["meta"]["source"] == src]
+                keep |= _draw(part, round(max_groups * weight / total), seed + k, low_overlap_share, report)
+                n_low += report.low_overlap_groups or 0
+            if low_overlap_share is not None:
+                report.low_overlap_groups = n_low
         records = [r for r in records if group_of(r) in keep]
     report.records = len(records)
     report.positives = sum(1 for r in records if r["relevant_spans"])
     report.negatives = report.records - report.positives
     report.groups = len({group_of(r) for r in records})
     return records, report
+
+
+def _draw(records: list[dict], n: int, seed: int, low_overlap_share: float | None, report: DataReport) -> set:
+    """The ids of ``n`` seeded groups of ``records`` (that share of them low-overlap, with
+    ``low_overlap_share``)."""
+    gids = sorted({group_of(r) for r in records})
+    random.Random(seed).shuffle(gids)
+    if low_overlap_share is not None:
+        low = low_overlap_groups(records)
+        low_ids = [g for g in gids if g in low]
+        n_low = round(low_overlap_share * n)
+        others = [g for g in gids if g not in low][: n - min(n_low, len(low_ids))]
+        gids = low_ids[:n_low] + others + low_ids[n_low:]  # short of others: more low-overlap
+        report.low_overlap_groups = sum(g in low for g in gids[:n])
+    return set(gids[:n])
 
 
 def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:
@@ -146,6 +176,7 @@ def tokenize_records(
         [
             {"query": r["query"], "context": r["context"], "relevant_spans": r["relevant_spans"]}
             | {"record": i, "group": gids[group_of(r)]}
+            | {"passage_only": bool((r.get("meta") or {}).get("passage_only"))}
             for i, r in enumerate(records)
         ]
     )
@@ -154,13 +185,19 @@ def tokenize_records(
         w = encode_pairs(tokenizer, batch["query"], batch["context"], max_length, stride, max_query_length)
         out = {k: v for k, v in w.features.items()}
         labels = [span_labels(off, batch["relevant_spans"][p]) for off, p in zip(w.offsets, w.pair_index)]
-        out["labels"] = [lab.tolist() for lab in labels]
-        out["relevance"] = [float((lab == 1).any()) for lab in labels]
+        only = [bool(batch["passage_only"][p]) for p in w.pair_index]
+        # a relevant passage whose sentences carry no labels (free-form answers): it trains the
+        # relevance head; the token head and sentence ranking see no label in it
+        out["relevance"] = [1.0 if o else float((lab == 1).any()) for lab, o in zip(labels, only)]
+        out["labels"] = [
+            np.full_like(lab, IGNORE_INDEX).tolist() if o else lab.tolist() for lab, o in zip(labels, only)
+        ]
         out["record"] = [batch["record"][p] for p in w.pair_index]
         out["group"] = [batch["group"][p] for p in w.pair_index]
         bounds = [unit_bounds(segment(context)) for context in batch["context"]]
-        out["sentence_ids"] = [
-            token_to_sentence(off[:, 0], *bounds[p]).tolist() for off, p in zip(w.offsets, w.pair_index)
+        out["sentence_ids"] = [  # -1 in passage-only rows: their sentences are no one's negatives
+            (np.full(len(off), -1) if o else token_to_sentence(off[:, 0], *bounds[p])).tolist()
+            for off, p, o in zip(w.offsets, w.pair_index, only)
         ]
         return out
 

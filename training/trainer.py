@@ -158,7 +158,7 @@ class Trainer:
     def _load_data(self) -> None:
         d, mc = self.cfg.data, self.model.config
         train_records, train_report = read_records(
-            d.train, d.max_train_groups, d.dedup, d.seed, d.low_overlap_share
+            d.train, d.max_train_groups, d.dedup, d.seed, d.low_overlap_share, d.mix
         )
         dev_records, dev_report = read_records(d.dev, None, d.dedup, d.seed)
         if not train_records:

@@ -78,6 +78,42 @@ def test_low_overlap_share_draws_that_share_of_groups_from_paraphrased_questions
         load_config(None, ["data.low_overlap_share=0.5"])
 
 
+def test_mix_draws_groups_by_source_weight_and_leaves_unweighted_sources_out(tmp_path):
+    recs = []
+    for source, n in (("a", 40), ("b", 40), ("c", 10)):
+        for r in make_records(n, 2):
+            recs.append(r | {"id": f"{source}{r['id']}", "query": source + r["query"], "source": source})
+    f = tmp_path / "r.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out, report = read_records([str(f)], max_groups=20, mix={"a": 3, "b": 1})
+    groups = {r["meta"]["group"]: r["meta"]["source"] for r in out}
+    assert sorted(groups.values()).count("a") == 15 and sorted(groups.values()).count("b") == 5
+    assert report.groups == 20
+    with pytest.raises(ConfigError, match="data.mix.b must be a weight > 0"):
+        load_config(None, ["data.max_train_groups=10", "data.mix={a: 1, b: 0}"])
+    with pytest.raises(ConfigError, match="set both"):
+        load_config(None, ["data.mix={a: 1}"])
+
+
+def test_passage_only_records_train_the_relevance_head_alone(bert_tokenizer):
+    ctx = "I saw both bands on Wednesday. They blew me away."
+    recs = [
+        {
+            "id": "q/d",
+            "query": "Will they go again?",
+            "context": ctx,
+            "relevant_spans": [],
+            "meta": {"passage_only": True},
+        },
+        {"id": "q/e", "query": "Will they go again?", "context": ctx, "relevant_spans": []},
+    ]
+    ds = tokenize_records(recs, bert_tokenizer, max_length=64, stride=8, max_query_length=8)
+    assert ds["relevance"] == [1.0, 0.0]
+    assert (np.array(ds["labels"][0]) == IGNORE_INDEX).all()
+    assert (np.array(ds["sentence_ids"][0]) == -1).all()  # no sentence is anyone's negative
+    assert (np.array(ds["labels"][1]) == 0).any() and (np.array(ds["sentence_ids"][1]) >= 0).any()
+
+
 def test_batches_are_deterministic_and_complete():
     s = LengthGroupedBatches(np.arange(103), 8, seed=1)
     s.for_epoch(2)

@@ -1,0 +1,197 @@
+"""Per-source evaluation: where the compression goes, and how well passages are told apart.
+
+For each source of a labeled file (the records' ``source``: ``squad``, ``nq``, ``multirc``, ...)
+the same seeded slice of query groups is scored once, and reported:
+
+- compression at 95% and 97% of answers kept and the best sentence F1 (the sweep over
+  thresholds, an in-sample figure on these groups);
+- the promise at the checkpoint's own threshold (share kept, exact interval, verdict);
+- at the threshold that keeps 95% of answers: the share of tokens kept in gold passages, in other
+  passages of the same document, in retriever-mined distractors, in random passages and in groups
+  with no answer at all (the records' ``meta.role``, as `pruner data mix` writes it; SQuAD records'
+  ``meta.gold`` / ``meta.hard`` map to gold / same_doc / random);
+- the relevance head's passage ranking: the share of questions whose gold passage ranks first,
+  and within a question the share of mined and of random passages the gold passage outscores.
+
+Sources whose gold passages carry no sentence label (``meta.passage_only``) report the ranking
+only.
+"""
+
+from __future__ import annotations
+
+from pruner_model.evaluation.calibration import calibrate_threshold
+from pruner_model.evaluation.groups import LabeledGroup, load_range, source_of
+from pruner_model.evaluation.metrics import ScoredGroup, best_compression_at, metrics_at, sweep
+from pruner_model.evaluation.statistics import promise_check
+
+ROLES = ("gold", "same_doc", "mined", "random", "answerless")
+
+
+def passage_role(record: dict) -> str | None:
+    """A record's part in its group: ``meta.role``, or SQuAD's ``meta.gold`` / ``meta.hard``."""
+    meta = record.get("meta") or {}
+    if meta.get("role"):
+        return str(meta["role"])
+    if "gold" in meta:
+        return "gold" if meta["gold"] else "same_doc" if meta.get("hard") else "random"
+    return None
+
+
+def role_token_shares(groups: list[LabeledGroup], scored: list[ScoredGroup], threshold: float) -> dict:
+    """Share of each role's tokens kept at ``threshold`` (``answerless``: every passage of the
+    groups without a gold passage)."""
+    kept = dict.fromkeys(ROLES, 0)
+    total = dict.fromkeys(ROLES, 0)
+    for g, s in zip(groups, scored):
+        keep = s.scores >= threshold
+        roles = [p.get("role") for p in g.passages]
+        answerless = "gold" not in roles
+        cut = 0
+        for p, units in zip(g.passages, g.units):
+            sl = slice(cut, cut + len(units))
+            cut += len(units)
+            role = "answerless" if answerless else p.get("role")
+            if role in total:
+                total[role] += int(s.tokens[sl].sum())
+                kept[role] += int(s.tokens[sl][keep[sl]].sum())
+    return {r: (kept[r] / total[r] if total[r] else None) for r in ROLES}
+
+
+def passage_ranking(groups: list[LabeledGroup], scored: list[ScoredGroup]) -> dict:
+    """How the relevance head orders each question's passages (gold vs the others)."""
+    first = n_q = 0
+    wins = {"mined": [0, 0], "random": [0, 0], "same_doc": [0, 0]}
+    for g, s in zip(groups, scored):
+        if s.relevance is None:
+            continue
+        rel, cut = [], 0
+        for units in g.units:
+            rel.append(float(s.relevance[cut]) if len(units) else float("-inf"))
+            cut += len(units)
+        roles = [p.get("role") for p in g.passages]
+        gold = [r for r, role in zip(rel, roles) if role == "gold"]
+        others = [(r, role) for r, role in zip(rel, roles) if role != "gold"]
+        if not gold or not others:
+            continue
+        best = max(gold)
+        n_q += 1
+        first += int(all(best > r for r, _ in others))
+        for r, role in others:
+            if role in wins:
+                wins[role][0] += int(best > r)
+                wins[role][1] += 1
+    out = {"questions": n_q, "gold_first": first / n_q if n_q else None}
+    for role, (w, n) in wins.items():
+        out[f"gold_over_{role}"] = w / n if n else None
+        out[f"{role}_pairs"] = n
+    return out
+
+
+def source_metrics(
+    groups: list[LabeledGroup], scored: list[ScoredGroup], checkpoint_threshold: float, promised: float
+) -> dict:
+    """Every per-source number (see the module docstring) of one source's scored groups."""
+    out: dict = {
+        "groups": len(groups),
+        "queries_with_evidence": sum(s.has_evidence for s in scored),
+        "ranking": passage_ranking(groups, scored),
+    }
+    if not out["queries_with_evidence"]:
+        return out
+    curve = sweep(scored)
+    for target in (0.95, 0.97):
+        p = best_compression_at(curve, target)
+        out[f"compression_at_{target:.2f}"] = None if p is None else p["compression"]
+    out["best_f1"] = max((pt["f1"] for pt in curve), default=0.0)
+    at = metrics_at(scored, checkpoint_threshold)
+    out["at_checkpoint_threshold"] = {
+        "threshold": checkpoint_threshold,
+        "evidence_preserved": at["evidence_preserved"],
+        "compression": at["compression"],
+        "promise": promise_check(at["queries_preserved"], at["queries_with_evidence"], promised),
+    }
+    t95 = calibrate_threshold(scored, 0.95)
+    out["tokens_kept_at_0.95"] = role_token_shares(groups, scored, t95)
+    out["tokens_kept_at_checkpoint"] = role_token_shares(groups, scored, checkpoint_threshold)
+    return out
+
+
+def evaluate_sources(
+    pruner,
+    records: list[dict],
+    max_groups: int | None = 400,
+    start: int = 0,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
+    """``{source: source_metrics}`` for each source of ``records`` (groups ``start:start +
+    max_groups`` of each source's seeded permutation), on the pruner's own score scale."""
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.scorer import score_groups
+
+    cfg = pruner.config
+    by_source: dict[str, list[dict]] = {}
+    for r in records:
+        r = dict(r)
+        role = passage_role(r)
+        if role is not None:
+            r["meta"] = dict(r.get("meta") or {}, role=role)
+        by_source.setdefault(source_of(r), []).append(r)
+    stop = None if max_groups is None else start + max_groups
+    promised = float(getattr(cfg, "target_evidence", None) or 0.95)
+    out = {}
+    for src in sorted(by_source):
+        groups = load_range(
+            by_source[src], seed, start, stop, cfg.segmenter_language, cfg.segmenter_structure
+        )
+        if not groups:
+            continue
+        raw = score_groups(pruner, groups, progress=progress).groups
+        scored = with_score_rules(
+            raw, getattr(cfg, "relevance_exponent", 0.0), getattr(cfg, "relative_floor", None)
+        )
+        out[src] = source_metrics(groups, scored, float(cfg.threshold), promised)
+    return out
+
+
+def _pct(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def sources_markdown(by_source: dict) -> str:
+    """Two tables: compression and promise per source; where the kept tokens go, and ranking."""
+    lines = [
+        "| source | groups | compression at 95% kept | at 97% | best F1 | kept at checkpoint threshold "
+        "[95% interval] | compression there |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for src, m in by_source.items():
+        at = m.get("at_checkpoint_threshold")
+        promise = (
+            f"{at['evidence_preserved']:.3f} [{at['promise']['interval'][0]:.3f}, "
+            f"{at['promise']['interval'][1]:.3f}] {at['promise']['verdict']}"
+            if at
+            else "– (passage labels only)"
+        )
+        lines.append(
+            f"| {src} | {m['groups']} | {_pct(m.get('compression_at_0.95'))} | "
+            f"{_pct(m.get('compression_at_0.97'))} | {_pct(m.get('best_f1'))} | {promise} | "
+            f"{_pct(at['compression']) if at else '–'} |"
+        )
+    lines += [
+        "",
+        "Tokens kept (%) at the threshold that keeps 95% of answers, by passage role; relevance-head ranking (%).",
+        "",
+        "| source | gold | same doc | mined | random | no answer in group | gold ranked first "
+        "| gold > mined | gold > random |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for src, m in by_source.items():
+        t = m.get("tokens_kept_at_0.95") or {}
+        r = m["ranking"]
+        lines.append(
+            f"| {src} | {_pct(t.get('gold'))} | {_pct(t.get('same_doc'))} | {_pct(t.get('mined'))} | "
+            f"{_pct(t.get('random'))} | {_pct(t.get('answerless'))} | {_pct(r['gold_first'])} | "
+            f"{_pct(r['gold_over_mined'])} | {_pct(r['gold_over_random'])} |"
+        )
+    return "\n".join(lines) + "\n"
