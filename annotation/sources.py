@@ -221,7 +221,10 @@ def convert_nq(raw: dict, qid: str, report: SourceReport) -> Example | None:
     if not query or not doc:
         report.skip("unparsed")
         return None
-    return _labeled(qid, "nq", query, doc, _target(raw), report)
+    ex = _labeled(qid, "nq", query, doc, _target(raw), report)
+    if ex is not None:  # the original answer too: a passage that holds it answers the question
+        ex.answers += [a for a in raw.get("target_scores", {}) if a and a not in ex.answers]
+    return ex
 
 
 _SENT = re.compile(r"Sent (\d+): ")

@@ -27,7 +27,9 @@ from pruner_model.integrations._common import (
 class PrunerPostprocessor(BaseNodePostprocessor):
     """Keeps the sentences of each node that the query needs: the node's text is replaced
     (``node.set_content``), spans, sentence scores and relevance go into its metadata, and nodes
-    pruned to nothing are dropped unless ``drop_empty=False``. The node score is kept; with
+    pruned to nothing are dropped unless ``drop_empty=False``. A pruned node's ``start_char_idx``
+    / ``end_char_idx`` (offsets of the unpruned text in its document) are cleared and kept in
+    ``metadata["pruner_original_start_char_idx"]`` / ``["pruner_original_end_char_idx"]``. The node score is kept; with
     ``top_n`` it is a reranker: the ``top_n`` most relevant nodes by the relevance head, best
     first, ``node.score`` their relevance. Loader options (``quantized=True``, ``backend``,
     ``device``, ``dtype``) go with the model; an unknown or misspelt setting is an error."""
@@ -74,6 +76,12 @@ class PrunerPostprocessor(BaseNodePostprocessor):
             node = n.node.model_copy(deep=True)
             node.set_content(p.text)
             meta = passage_metadata(p, result)
+            # the node's offsets described the unpruned text in its source document: kept in
+            # metadata, cleared on the node (the kept spans are in pruner_spans, relative to it)
+            meta["pruner_original_start_char_idx"] = node.start_char_idx
+            meta["pruner_original_end_char_idx"] = node.end_char_idx
+            if p.text != texts[i]:
+                node.start_char_idx = node.end_char_idx = None
             node.metadata.update(meta)
             node.excluded_embed_metadata_keys = [*node.excluded_embed_metadata_keys, *meta]
             node.excluded_llm_metadata_keys = [*node.excluded_llm_metadata_keys, *meta]

@@ -27,6 +27,8 @@ def test_nq_labels_the_answer_sentence_and_counts_unmapped_answers():
     # "Ann Lee" occurs twice: the sentence sharing the most words with the question is the evidence
     assert evidence_text(examples[1]) == ["The book was written by Ann Lee ."]
     assert report.unmapped == 1 and report.mapping_failure_rate == pytest.approx(1 / 3)
+    # the substituted answer and the original one: a mined passage must hold neither
+    assert examples[0].answers == ["Lady Pamela Hicks", "Marilyn Monroe"]
 
 
 def test_multirc_evidence_is_the_marked_sentences():

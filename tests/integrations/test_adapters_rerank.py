@@ -73,6 +73,17 @@ def test_llama_index_reranks_and_scores_nodes(pruner, int8_folder):
     assert out[0].score == pytest.approx(out[0].node.metadata["pruner_relevance"])
     keep = PrunerPostprocessor(model=pruner, threshold=0.0).postprocess_nodes(nodes, query_str=QUERY)
     assert [n.score for n in keep] == [0.5, 0.5, 0.5]  # without top_n the retriever's score stays
+    # offsets into the source document: cleared on a pruned node, the originals kept in metadata
+    text = TEXTS[0]
+    placed = [NodeWithScore(node=TextNode(text=text, start_char_idx=100, end_char_idx=100 + len(text)))]
+    (cut,) = PrunerPostprocessor(model=pruner, threshold=1.0, drop_empty=False).postprocess_nodes(
+        placed, query_str=QUERY
+    )
+    assert cut.node.text != text and cut.node.start_char_idx is None and cut.node.end_char_idx is None
+    assert cut.node.metadata["pruner_original_start_char_idx"] == 100
+    assert cut.node.metadata["pruner_original_end_char_idx"] == 100 + len(text)
+    (whole,) = PrunerPostprocessor(model=pruner, threshold=0.0).postprocess_nodes(placed, query_str=QUERY)
+    assert whole.node.text == text and whole.node.start_char_idx == 100  # nothing cut: still true
     int8 = PrunerPostprocessor.from_pretrained(int8_folder, quantized=True, threshold=0.0)
     assert int8._pruner.precision == "int8"
     with pytest.raises(TypeError, match="unknown setting 'top_k'"):
