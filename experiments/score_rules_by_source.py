@@ -3,7 +3,9 @@ relative floor) by what each source keeps at 95% of answers: compression, and th
 and mined passages' tokens kept. For choosing settings on a split that is not reported on, e.g.
 
     python experiments/score_rules_by_source.py --model runs/qs-mix \
-        --data data/mix/calibration.jsonl data/squad/dev.jsonl --start 200 --max-groups 400
+        --data data/mix/calibration.jsonl@200 data/squad/dev.jsonl@2000 --max-groups 400
+
+(``FILE@N``: that file's groups start at N of each source's permutation, default ``--start``.)
 """
 
 from __future__ import annotations
@@ -33,19 +35,22 @@ def main() -> None:
 
     pruner = ContextPruner.from_pretrained(args.model, dtype="auto")
     by_source: dict[str, list[dict]] = {}
-    for path in args.data:
+    starts: dict[str, int] = {}
+    for spec in args.data:
+        path, _, start = spec.partition("@")
         for r in read_jsonl(path):
             role = passage_role(r)
             if role:
                 r["meta"] = dict(r.get("meta") or {}, role=role)
             by_source.setdefault(source_of(r), []).append(r)
+            starts[source_of(r)] = int(start) if start else args.start
     scored = {}
     for src, recs in sorted(by_source.items()):
-        gs = load_range(recs, 0, args.start, args.start + args.max_groups)
+        gs = load_range(recs, 0, starts[src], starts[src] + args.max_groups)
         if any(g.has_evidence for g in gs):
             scored[src] = (gs, score_groups(pruner, gs).groups)
     floors = [None if f == "none" else float(f) for f in args.floors.split(",")]
-    print("exponent floor | " + " | ".join(f"{s}: comp95 random mined" for s in scored))
+    print("exponent floor | " + " | ".join(f"{s}: comp95 F1 random mined" for s in scored))
     for e in [float(x) for x in args.exponents.split(",")]:
         for f in floors:
             row = []
