@@ -3,8 +3,10 @@ instead of whole documents (``pip install "pruner-model[mcp]"``).
 
 ``pruner mcp --model DIR [--documents docs.jsonl]`` serves:
 
-* tool ``prune_context(query, passages, token_budget?, threshold?)``: the pruned text, the kept
-  spans of each passage and the stats;
+* tool ``prune_context(query, passages, <every selection setting>?)``: passages as strings or
+  ``{id?, title?, text}``; the settings are the same as ``pruner prune``'s flags and the HTTP
+  body's fields (``threshold``, ``token_budget``, ``neighbors``, ``must_keep``, ...). It returns
+  structured output: the pruned text, each passage's kept spans and relevance, and the stats;
 * resource ``pruner://documents``: the ids and titles of the registered documents;
 * resource template ``pruner://documents/{doc_id}/slice/{query}``: the part of a registered
   document that the (URL-encoded) query needs.
@@ -13,19 +15,72 @@ instead of whole documents (``pip install "pruner-model[mcp]"``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from pruner_model.inference.http_schemas import Passage
+from pruner_model.inference.settings import selection_body_fields
 from pruner_model.integrations._common import load_pruner
+from pydantic import BaseModel, Field
 
 
-def build_server(model, documents: list[dict] | None = None, max_passages: int = 64) -> MCPServer:
-    """The MCP server for ``model`` (a ContextPruner, folder or hub id) and the registered
-    ``documents`` (``{"id", "title"?, "text"}``)."""
-    pruner = load_pruner(model)
+class PassageOut(BaseModel):
+    index: int
+    id: str | None = None
+    spans: list[tuple[int, int, float]] = Field(description="kept character spans [start, end, score]")
+    relevance: float = Field(description="the passage's relevance probability")
+
+
+class PruneStatsOut(BaseModel):
+    tokens_in: int
+    tokens_out: int
+    compression: float
+    uncertain: bool
+
+
+class PruneOutput(BaseModel):
+    """What ``prune_context`` returns (the MCP tool's structured output)."""
+
+    text: str = Field(description="the pruned context to read, passages in order")
+    passages: list[PassageOut]
+    stats: PruneStatsOut
+
+
+def _tool_signature() -> inspect.Signature:
+    """``(query, passages, <every SelectionParams field>) -> PruneOutput``: the tool's arguments
+    come from the same settings as the CLI flags and the HTTP body."""
+    params = [
+        inspect.Parameter("query", inspect.Parameter.KEYWORD_ONLY, annotation=str),
+        inspect.Parameter(
+            "passages",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[
+                list[str | Passage], Field(description="passages as strings or {id?, title?, text}")
+            ],
+        ),
+    ]
+    for name, (typ, info) in selection_body_fields().items():
+        params.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[typ, Field(description=info.description)],
+                default=info.default,
+            )
+        )
+    return inspect.Signature(params, return_annotation=PruneOutput)
+
+
+def build_server(model, documents: list[dict] | None = None, max_passages: int = 64, **loader) -> MCPServer:
+    """The MCP server for ``model`` (a ContextPruner, folder or hub id, loaded with ``loader``
+    options such as ``quantized=True``) and the registered ``documents`` (``{"id", "title"?,
+    "text"}``)."""
+    pruner = load_pruner(model, **loader)
     docs = {str(d["id"]): d for d in documents or []}
     server = MCPServer(
         "pruner",
@@ -33,32 +88,36 @@ def build_server(model, documents: list[dict] | None = None, max_passages: int =
         "a registered document that a question needs.",
     )
 
-    @server.tool()
-    def prune_context(
-        query: str, passages: list[str], token_budget: int | None = None, threshold: float | None = None
-    ) -> dict:
+    def prune_context(query: str, passages: list, **settings) -> PruneOutput:
         """Keep only the sentences of `passages` that `query` needs. Returns the pruned `text`, the
-        kept character spans [start, end, score] of each passage and token statistics."""
+        kept character spans [start, end, score] and relevance of each passage, and token
+        statistics. Settings left out take the checkpoint's calibrated values."""
         if len(passages) > max_passages:
             raise ToolError(f"at most {max_passages} passages per call")
+        given = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in passages]
+        defaults = {name: info.default for name, (_, info) in selection_body_fields().items()}
+        changed = {k: v for k, v in settings.items() if v != defaults.get(k)}
         try:
-            result = pruner.prune(query, passages, token_budget=token_budget, threshold=threshold)
+            result = pruner.prune(query, given, **changed)
         except (ValueError, TypeError) as exc:  # the agent's input: it reads the reason and retries
             raise ToolError(str(exc)) from None
         s = result.stats
-        return {
-            "text": result.text,
-            "passages": [
-                {"index": i, "spans": [list(x) for x in p.spans], "relevance": p.relevance}
+        return PruneOutput(
+            text=result.text,
+            passages=[
+                PassageOut(index=i, id=p.id, spans=[tuple(x) for x in p.spans], relevance=p.relevance)
                 for i, p in enumerate(result.passages)
             ],
-            "stats": {
-                "tokens_in": s.tokens_in,
-                "tokens_out": s.tokens_out,
-                "compression": s.compression,
-                "uncertain": s.uncertain,
-            },
-        }
+            stats=PruneStatsOut(
+                tokens_in=s.tokens_in,
+                tokens_out=s.tokens_out,
+                compression=s.compression,
+                uncertain=s.uncertain,
+            ),
+        )
+
+    prune_context.__signature__ = _tool_signature()
+    server.tool(structured_output=True)(prune_context)
 
     @server.resource("pruner://documents", mime_type="application/json")
     def list_documents() -> str:
@@ -87,6 +146,11 @@ def mcp_main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
     p.add_argument("--documents", default=None, help="JSONL of {id, title?, text} to register as resources")
+    p.add_argument(
+        "--quantized", action="store_true", help="serve an ONNX folder's int8 graph (model.int8.onnx)"
+    )
+    p.add_argument("--backend", choices=["auto", "torch", "onnx"], default=None)
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"], default=None)
     args = p.parse_args(argv)
     if not Path(args.model).is_dir():
         raise FileNotFoundError(f"model folder not found: {args.model}")
@@ -98,5 +162,6 @@ def mcp_main(argv: list[str] | None = None) -> int:
         for i, d in enumerate(documents, 1):
             if "id" not in d or not isinstance(d.get("text"), str):
                 raise ValueError(f"{args.documents}:{i}: expected {{id, title?, text}}")
-    build_server(args.model, documents).run("stdio")
+    loader = {"quantized": args.quantized or None, "backend": args.backend, "dtype": args.dtype}
+    build_server(args.model, documents, **loader).run("stdio")
     return 0

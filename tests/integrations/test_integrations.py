@@ -99,20 +99,36 @@ def test_mcp_stdio_server_tool_and_resources(tiny_checkpoint, tmp_path):
     docs.write_text(
         "".join(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS))
     )
+    elsewhere = tmp_path / "elsewhere"  # started from another folder: absolute paths are all it needs
+    elsewhere.mkdir()
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "pruner_model.cli", "mcp", "--model", str(tiny_checkpoint), "--documents", str(docs)],
+        cwd=str(elsewhere),
     )
 
     async def session():
         async with Client(params, read_timeout_seconds=120) as client:
             tools = await client.list_tools()
             assert [t.name for t in tools.tools] == ["prune_context"]
+            (tool,) = tools.tools
+            # the selection settings are tool arguments, and the output is structured
+            assert {"threshold", "token_budget", "neighbors", "keep_top", "must_keep"} <= set(
+                tool.input_schema["properties"]
+            )
+            assert {"text", "passages", "stats"} <= set(tool.output_schema["properties"])
             res = await client.call_tool(
                 "prune_context", {"query": QUERY, "passages": TEXTS, "threshold": 0.0}
             )
             assert not res.is_error, res
-            payload = res.structured_content or json.loads(res.content[0].text)
+            payload = res.structured_content
+            objects = [{"id": f"p{i}", "title": "T", "text": t} for i, t in enumerate(TEXTS)]
+            top = await client.call_tool(
+                "prune_context", {"query": QUERY, "passages": objects, "threshold": 1.0, "keep_top": 1}
+            )
+            assert not top.is_error, top
+            kept = [p for p in top.structured_content["passages"] if p["spans"]]
+            assert len(kept) == 1 and kept[0]["id"] in {o["id"] for o in objects}
             listed = await client.read_resource("pruner://documents")
             slice_ = await client.read_resource(f"pruner://documents/d0/slice/{quote(QUERY, safe='')}")
             # errors reach the agent with their reason, not only "Error executing tool"
@@ -137,6 +153,13 @@ def test_mcp_stdio_server_tool_and_resources(tiny_checkpoint, tmp_path):
     assert [p["spans"] for p in payload["passages"]] == [[list(s) for s in p.spans] for p in ref.passages]
     assert listed == [{"id": "d0", "title": "T0"}, {"id": "d1", "title": "T1"}]
     assert text == pruner.prune(QUERY, [TEXTS[0]]).text
+
+
+def test_mcp_quantized_needs_an_onnx_folder(tiny_checkpoint):
+    from pruner_model.integrations.mcp import build_server
+
+    with pytest.raises(Exception, match="(?i)onnx|int8"):
+        build_server(str(tiny_checkpoint), quantized=True)
 
 
 def test_integration_docs_examples_run(tiny_checkpoint, capsys):
