@@ -80,7 +80,7 @@ print(result.text, result.stats.compression)
 ## Training
 
 - base encoder: `{base}`
-- training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans)
+- training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans){_mix(cfg)}
 - max length {config.max_length} tokens, stride {config.stride}; sentence ranking loss weight
   {config.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`
 {_precision(metrics.get("precision"))}
@@ -120,6 +120,22 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
         f"evidence (relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)})"
         f"{shifted}, measured on dev groups that were not used to calibrate it:"
     )
+
+
+def _mix(cfg) -> str:
+    """The sources and their shares of the training groups (``data.mix``; docs/data.md), and the
+    sources the threshold was calibrated on."""
+    d = cfg.data
+    out = ""
+    if d.mix:
+        total = sum(d.mix.values())
+        shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(d.mix.items(), key=lambda kv: -kv[1]))
+        out += f"; {d.max_train_groups} query groups drawn by source: {shares}"
+    if d.calibration_sources:
+        out += (
+            f"; the threshold also calibrated on every source of {', '.join(map(str, d.calibration_sources))}"
+        )
+    return out
 
 
 def _precision(p: dict | None) -> str:
