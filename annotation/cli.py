@@ -188,7 +188,7 @@ def _mix_parser() -> argparse.ArgumentParser:
 
 # over 60 lines: the `pruner data mix` steps in order (read every source, pool, write, report)
 def mix_main(argv: list[str]) -> int:
-    from pruner_model.annotation.mix import SPLITS, MixSettings, _norm, build_mix
+    from pruner_model.annotation.mix import SPLITS, MixSettings, build_mix, normalized
     from pruner_model.annotation.sources import LICENCES, TASK_FILES, load_source
     from pruner_model.core.records import iter_jsonl
     from tqdm.auto import tqdm
@@ -224,14 +224,14 @@ def mix_main(argv: list[str]) -> int:
         )
     train_texts = set()
     if Path(args.squad_train).is_file():
-        train_texts = {_norm(r["context"]) for r in iter_jsonl(args.squad_train)}
+        train_texts = {normalized(r["context"]) for r in iter_jsonl(args.squad_train)}
     with tqdm(desc="building groups", unit="query") as bar:
         records, groups, stats = build_mix(examples, settings, train_texts, progress=bar)
     out = Path(args.output)
     for split in SPLITS:
         write_jsonl(out / f"{split}.jsonl", records[split])
         write_jsonl(out / f"{split}.groups.jsonl", groups[split])
-        per = Counter(r["id"].split("/", 1)[0].split(":", 1)[0] for r in groups[split] for _ in [0])
+        per = Counter(g["id"].split(":", 1)[0] for g in groups[split])  # ids are "<source>:<n>"
         report[split] = {
             "groups": len(groups[split]),
             "records": len(records[split]),

@@ -37,8 +37,6 @@ SPLITS = ("train", "calibration", "dev")
 class Chunk:
     pid: str
     doc: str  # family of the document it was cut from (the first, when texts repeat)
-    source: str
-    split: str
     text: str
     start: int  # offset in the document
     end: int
@@ -62,7 +60,8 @@ def chunk_bounds(document: str, max_words: int) -> list[tuple[int, int]]:
     return out
 
 
-def _norm(text: str) -> str:
+def normalized(text: str) -> str:
+    """Lower-case letters and digits only: texts that differ in spacing and punctuation match."""
     return re.sub(r"[^0-9a-z]+", "", text.lower())
 
 
@@ -70,7 +69,7 @@ def family(document: str) -> str:
     """A document's near-duplicate family: versions of one paragraph that differ further on (Natural
     Questions contexts recur with another answer substituted) share a split and never face each
     other as negatives."""
-    return hashlib.sha1(_norm(document)[:100].encode()).hexdigest()[:16]
+    return hashlib.sha1(normalized(document)[:100].encode()).hexdigest()[:16]
 
 
 def split_of(doc_key: str, seed: int, shares: tuple[float, float]) -> str:
@@ -122,14 +121,12 @@ def build_mix(
     doc_chunks: dict[str, list[Chunk]] = {}
     doc_split: dict[str, str] = {}
     stats: dict = {"duplicate_chunks": 0}
-    fam_split: dict[str, str] = {}
+    trained = {family(ex.document) for ex in examples if normalized(ex.document) in train_texts}
     for ex in examples:
         if ex.doc_key in doc_chunks:
             continue
         fam = family(ex.document)
-        if _norm(ex.document) in train_texts:
-            fam_split[fam] = "train"
-        split = fam_split.setdefault(fam, split_of(fam, s.seed, shares))
+        split = "train" if fam in trained else split_of(fam, s.seed, shares)
         doc_split[ex.doc_key] = split
         chunks = []
         for k, (a, b) in enumerate(chunk_bounds(ex.document, s.chunk_words)):
@@ -137,9 +134,9 @@ def build_mix(
             key = hashlib.sha1(text.encode()).hexdigest()
             if key in by_text:  # the same text from another document: one passage
                 stats["duplicate_chunks"] += 1
-                chunks.append(Chunk(by_text[key].pid, fam, ex.source, split, text, a, b))
+                chunks.append(Chunk(by_text[key].pid, fam, text, a, b))
                 continue
-            c = Chunk(f"{ex.source}:{ex.doc_key[:10]}:{k}", fam, ex.source, split, text, a, b)
+            c = Chunk(f"{ex.source}:{ex.doc_key[:10]}:{k}", fam, text, a, b)
             by_text[key] = c
             pool[split].append(c)
             chunks.append(c)

@@ -214,13 +214,22 @@ def _between(text: str, start: str, end: str | None) -> str | None:
     return text[i : j if j >= 0 else len(text)].strip()
 
 
-# ---------------------------------------------------------------------- converters
-def convert_nq(raw: dict, qid: str, report: SourceReport) -> Example | None:
-    query = _between(raw["input"], "Question:", "\nContext:")
-    doc = _between(raw["input"], "Context:", None)
-    if not query or not doc:
+def _parse(raw: dict, report: SourceReport, doc_marks: tuple, query_marks: tuple) -> tuple[str, str] | None:
+    """``(document, query)`` cut out of the task input between their ``(start, end)`` markers;
+    None, counted as unparsed, when either is missing or empty."""
+    doc, query = _between(raw["input"], *doc_marks), _between(raw["input"], *query_marks)
+    if not doc or not query:
         report.skip("unparsed")
         return None
+    return doc, query
+
+
+# ---------------------------------------------------------------------- converters
+def convert_nq(raw: dict, qid: str, report: SourceReport) -> Example | None:
+    parsed = _parse(raw, report, ("Context:", None), ("Question:", "\nContext:"))
+    if parsed is None:
+        return None
+    doc, query = parsed
     ex = _labeled(qid, "nq", query, doc, _target(raw), report)
     if ex is not None:  # the original answer too: a passage that holds it answers the question
         ex.answers += [a for a in raw.get("target_scores", {}) if a and a not in ex.answers]
@@ -231,12 +240,10 @@ _SENT = re.compile(r"Sent (\d+): ")
 
 
 def convert_multirc(raw: dict, qid: str, report: SourceReport) -> Example | None:
-    text = raw["input"]
-    para = _between(text, "Paragraph- ", "\nQuestion:")
-    query = _between(text, "\nQuestion:", None)
-    if not para or not query:
-        report.skip("unparsed")
+    parsed = _parse(raw, report, ("Paragraph- ", "\nQuestion:"), ("\nQuestion:", None))
+    if parsed is None:
         return None
+    para, query = parsed
     query = re.sub(r"\?\.$", "?", query)
     pieces = _SENT.split(para)  # ['', '1', 'text', '2', 'text', ...]
     doc, spans_by_no = "", {}
@@ -254,12 +261,10 @@ def convert_multirc(raw: dict, qid: str, report: SourceReport) -> Example | None
 
 
 def convert_disfl_qa(raw: dict, qid: str, report: SourceReport) -> Example | None:
-    text = raw["input"]
-    query, _, doc = text.partition("\ncontext:")
-    query, doc = query.strip(), doc.strip()
-    if not query or not doc:
-        report.skip("unparsed")
+    parsed = _parse(raw, report, ("\ncontext:", None), ("", "\ncontext:"))
+    if parsed is None:
         return None
+    doc, query = parsed
     answer = _target(raw)
     if answer == "unknown":
         return Example(qid, "disfl_qa", query, doc, [], answerable=False)
@@ -267,11 +272,10 @@ def convert_disfl_qa(raw: dict, qid: str, report: SourceReport) -> Example | Non
 
 
 def convert_quoref(raw: dict, qid: str, report: SourceReport) -> Example | None:
-    doc = _between(raw["input"], "Passage:", "\nQuestion:")
-    query = _between(raw["input"], "\nQuestion:", None)
-    if not doc or not query:
-        report.skip("unparsed")
+    parsed = _parse(raw, report, ("Passage:", "\nQuestion:"), ("\nQuestion:", None))
+    if parsed is None:
         return None
+    doc, query = parsed
     return _labeled(qid, "quoref", query, doc, _strip_period(_target(raw)), report, fact=True)
 
 
@@ -283,11 +287,10 @@ _ARITHMETIC = re.compile(
 
 
 def convert_drop(raw: dict, qid: str, report: SourceReport) -> Example | None:
-    doc = _between(raw["input"], "Passage:", "\nQuestion:")
-    query = _between(raw["input"], "\nQuestion:", "\nAnswer type:")
-    if not doc or not query:
-        report.skip("unparsed")
+    parsed = _parse(raw, report, ("Passage:", "\nQuestion:"), ("\nQuestion:", "\nAnswer type:"))
+    if parsed is None:
         return None
+    doc, query = parsed
     if _ARITHMETIC.search(query):
         report.skip("arithmetic question")
         return None
@@ -299,11 +302,10 @@ def convert_drop(raw: dict, qid: str, report: SourceReport) -> Example | None:
 
 
 def convert_cosmosqa(raw: dict, qid: str, report: SourceReport) -> Example | None:
-    doc = _between(raw["input"], "Context:", "\nQuestion:")
-    query = _between(raw["input"], "\nQuestion:", None)
-    if not doc or not query:
-        report.skip("unparsed")
+    parsed = _parse(raw, report, ("Context:", "\nQuestion:"), ("\nQuestion:", None))
+    if parsed is None:
         return None
+    doc, query = parsed
     return Example(qid, "cosmosqa", query, doc, [], passage_only=True)
 
 

@@ -56,6 +56,14 @@ def source_of(record: dict) -> str:
     return str(record.get("source") or (record.get("meta") or {}).get("source") or "user")
 
 
+def records_by_source(records: Iterable[dict]) -> dict[str, list[dict]]:
+    """``records`` by :func:`source_of`, each source's in input order."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(source_of(r), []).append(r)
+    return out
+
+
 def passage_id_of(record: dict) -> str:
     """The passage part of a labeled record's id (after its group id and ``/``)."""
     rid, gid = str(record["id"]), group_of(record)

@@ -20,7 +20,7 @@ only.
 from __future__ import annotations
 
 from pruner_model.evaluation.calibration import calibrate_threshold
-from pruner_model.evaluation.groups import LabeledGroup, load_range, source_of
+from pruner_model.evaluation.groups import LabeledGroup, load_range, records_by_source
 from pruner_model.evaluation.metrics import ScoredGroup, best_compression_at, metrics_at, sweep
 from pruner_model.evaluation.statistics import promise_check
 
@@ -35,6 +35,15 @@ def passage_role(record: dict) -> str | None:
     if "gold" in meta:
         return "gold" if meta["gold"] else "same_doc" if meta.get("hard") else "random"
     return None
+
+
+def with_roles(records: list[dict]) -> list[dict]:
+    """Copies of ``records`` whose ``meta.role`` is set wherever :func:`passage_role` tells it."""
+    out = []
+    for r in records:
+        role = passage_role(r)
+        out.append(r if role is None else dict(r, meta=dict(r.get("meta") or {}, role=role)))
+    return out
 
 
 def role_token_shares(groups: list[LabeledGroup], scored: list[ScoredGroup], threshold: float) -> dict:
@@ -130,13 +139,7 @@ def evaluate_sources(
     from pruner_model.evaluation.scorer import score_groups
 
     cfg = pruner.config
-    by_source: dict[str, list[dict]] = {}
-    for r in records:
-        r = dict(r)
-        role = passage_role(r)
-        if role is not None:
-            r["meta"] = dict(r.get("meta") or {}, role=role)
-        by_source.setdefault(source_of(r), []).append(r)
+    by_source = records_by_source(with_roles(records))
     stop = None if max_groups is None else start + max_groups
     promised = float(getattr(cfg, "target_evidence", None) or 0.95)
     out = {}

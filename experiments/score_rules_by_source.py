@@ -14,10 +14,10 @@ import argparse
 
 from pruner_model.evaluation.calibration import calibrate_threshold
 from pruner_model.evaluation.evaluator import with_score_rules
-from pruner_model.evaluation.groups import load_range, source_of
+from pruner_model.evaluation.groups import load_range, records_by_source, source_of
 from pruner_model.evaluation.metrics import best_compression_at, sweep
 from pruner_model.evaluation.scorer import score_groups
-from pruner_model.evaluation.sources import passage_role, role_token_shares
+from pruner_model.evaluation.sources import role_token_shares, with_roles
 
 from pruner_model import ContextPruner
 
@@ -34,16 +34,13 @@ def main() -> None:
     from pruner_model.core.records import read_jsonl
 
     pruner = ContextPruner.from_pretrained(args.model, dtype="auto")
-    by_source: dict[str, list[dict]] = {}
-    starts: dict[str, int] = {}
+    records, starts = [], {}
     for spec in args.data:
         path, _, start = spec.partition("@")
-        for r in read_jsonl(path):
-            role = passage_role(r)
-            if role:
-                r["meta"] = dict(r.get("meta") or {}, role=role)
-            by_source.setdefault(source_of(r), []).append(r)
-            starts[source_of(r)] = int(start) if start else args.start
+        part = with_roles(read_jsonl(path))
+        records += part
+        starts.update({source_of(r): int(start) if start else args.start for r in part})
+    by_source = records_by_source(records)
     scored = {}
     for src, recs in sorted(by_source.items()):
         gs = load_range(recs, 0, starts[src], starts[src] + args.max_groups)

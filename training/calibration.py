@@ -166,25 +166,23 @@ def _score_shifts(
     return out
 
 
-def source_slices(cfg: TrainConfig, start: int = 0, stop: int | None = None, config=None) -> dict:
+def source_slices(cfg: TrainConfig, start: int, stop: int | None, config) -> dict:
     """``{"source:<name>": groups}``: groups ``start:stop`` of each source's seeded permutation in
-    ``data.calibration_sources`` (sources without a labeled sentence, e.g. passage-level only,
-    have no evidence to calibrate on and are left out)."""
-    from pruner_model.evaluation.groups import source_of
+    ``data.calibration_sources``, segmented as ``config`` (the model's) says (sources without a
+    labeled sentence, e.g. passage-level only, have no evidence to calibrate on and are left out)."""
+    from pruner_model.evaluation.groups import records_by_source
     from pruner_model.training.data import read_records
 
     d = cfg.data
     if not d.calibration_sources:
         return {}
     records, _ = read_records(d.calibration_sources, None, d.dedup, d.seed)
-    by_source: dict[str, list[dict]] = {}
-    for r in records:
-        by_source.setdefault(source_of(r), []).append(r)
-    lang = getattr(config, "segmenter_language", "english")
-    structure = getattr(config, "segmenter_structure", True)
+    by_source = records_by_source(records)
     out = {}
     for src in sorted(by_source):
-        gs = load_range(by_source[src], d.seed, start, stop, lang, structure)
+        gs = load_range(
+            by_source[src], d.seed, start, stop, config.segmenter_language, config.segmenter_structure
+        )
         if any(g.has_evidence for g in gs):
             out[f"source:{src}"] = gs
     return out

@@ -19,7 +19,7 @@ import numpy as np
 from pruner_model.core.alignment import token_to_sentence, unit_bounds
 from pruner_model.core.records import RecordError, iter_jsonl, validate_labeled
 from pruner_model.core.scoring import pad_rows, pad_value
-from pruner_model.evaluation.groups import group_of, source_of
+from pruner_model.evaluation.groups import group_of, records_by_source, source_of
 from pruner_model.evaluation.shifts import low_overlap_groups
 from pruner_model.evaluation.textnoise import noisy_record
 
@@ -98,9 +98,8 @@ def read_records(
             record = {k: rec[k] for k in ("id", "query", "context", "relevant_spans")}
             meta = rec.get("meta") or {}
             record["meta"] = {"group": group_of(rec), "source": source_of(rec)}
-            if meta.get(
-                "answers"
-            ):  # every annotator's answer: calibration.every_answer labels their sentences
+            # every annotator's answer: calibration.every_answer labels their sentences
+            if meta.get("answers"):
                 record["meta"]["answers"] = meta["answers"]
             for key in ("role", "passage_only"):  # the passage's part in its group; sentences unlabeled
                 if key in meta:
@@ -110,16 +109,19 @@ def read_records(
         records = [r for r in records if r["meta"]["source"] in mix]
     if max_groups is not None:
         if mix is None:
-            keep = _draw(records, max_groups, seed, low_overlap_share, report)
+            keep, n_low = _draw(records, max_groups, seed, low_overlap_share)
         else:
             total = sum(mix.values())
+            by_source = records_by_source(records)
             keep, n_low = set(), 0
             for k, (src, weight) in enumerate(sorted(mix.items())):
-                part = [r for r in records if r["meta"]["source"] == src]
-                keep |= _draw(part, round(max_groups * weight / total), seed + k, low_overlap_share, report)
-                n_low += report.low_overlap_groups or 0
-            if low_overlap_share is not None:
-                report.low_overlap_groups = n_low
+                ids, low = _draw(
+                    by_source.get(src, []), round(max_groups * weight / total), seed + k, low_overlap_share
+                )
+                keep |= ids
+                n_low += low
+        if low_overlap_share is not None:
+            report.low_overlap_groups = n_low
         records = [r for r in records if group_of(r) in keep]
     report.records = len(records)
     report.positives = sum(1 for r in records if r["relevant_spans"])
@@ -128,19 +130,19 @@ def read_records(
     return records, report
 
 
-def _draw(records: list[dict], n: int, seed: int, low_overlap_share: float | None, report: DataReport) -> set:
-    """The ids of ``n`` seeded groups of ``records`` (that share of them low-overlap, with
-    ``low_overlap_share``)."""
+def _draw(records: list[dict], n: int, seed: int, low_overlap_share: float | None) -> tuple[set, int]:
+    """The ids of ``n`` seeded groups of ``records`` (``low_overlap_share`` of them low-overlap),
+    and how many of them are low-overlap (0 without a share)."""
     gids = sorted({group_of(r) for r in records})
     random.Random(seed).shuffle(gids)
-    if low_overlap_share is not None:
-        low = low_overlap_groups(records)
-        low_ids = [g for g in gids if g in low]
-        n_low = round(low_overlap_share * n)
-        others = [g for g in gids if g not in low][: n - min(n_low, len(low_ids))]
-        gids = low_ids[:n_low] + others + low_ids[n_low:]  # short of others: more low-overlap
-        report.low_overlap_groups = sum(g in low for g in gids[:n])
-    return set(gids[:n])
+    if low_overlap_share is None:
+        return set(gids[:n]), 0
+    low = low_overlap_groups(records)
+    low_ids = [g for g in gids if g in low]
+    n_low = round(low_overlap_share * n)
+    others = [g for g in gids if g not in low][: n - min(n_low, len(low_ids))]
+    gids = low_ids[:n_low] + others + low_ids[n_low:]  # short of others: more low-overlap
+    return set(gids[:n]), sum(g in low for g in gids[:n])
 
 
 def augment_noise(records: list[dict], share: float, seed: int) -> list[dict]:

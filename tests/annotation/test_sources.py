@@ -134,10 +134,10 @@ def test_documents_split_by_family_and_squad_training_text_stays_in_train():
     assert family(a) == family(b)
     assert split_of(family(a), 0, (0.5, 0.5)) in ("calibration", "dev")
     (ex,), _ = load("quoref")
-    from pruner_model.annotation.mix import _norm
+    from pruner_model.annotation.mix import normalized
 
     records, _, _ = build_mix(
-        [ex], MixSettings(calibration_share=0.49, dev_share=0.5), train_texts={_norm(ex.document)}
+        [ex], MixSettings(calibration_share=0.49, dev_share=0.5), train_texts={normalized(ex.document)}
     )
     assert records["train"] and not records["calibration"] and not records["dev"]
 

@@ -35,14 +35,6 @@ def relevance_order(pruner) -> list[int]:
     return sorted(range(len(TEXTS)), key=lambda i: -r.passages[i].relevance)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, _tiny_bert, bert_tokenizer):
-    path = tmp_path_factory.mktemp("adapters") / "ckpt"
-    _tiny_bert.save_pretrained(path)
-    bert_tokenizer.save_pretrained(path)
-    return path
-
-
 def test_langchain_reranks_with_top_n_and_relevance_score(pruner, int8_folder):
     from langchain_core.documents import Document
     from pruner_model.integrations.langchain import PrunerCompressor
