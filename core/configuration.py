@@ -82,6 +82,9 @@ class PrunerConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
+AutoConfig.register(PrunerConfig.model_type, PrunerConfig, exist_ok=True)
+
+
 def encoder_positions(encoder_config) -> int | None:
     """How many tokens the encoder's position table holds (RoBERTa-like encoders reserve the
     first ``pad_token_id + 1`` positions); None when the encoder has no such limit."""

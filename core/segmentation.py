@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
-
 logger = logging.getLogger(__name__)
 
 UnitKind = Literal["sentence", "heading", "list_item", "table_row", "code"]
@@ -56,11 +54,14 @@ class Unit:
 
 
 @lru_cache(maxsize=4)
-def _punkt(language: str) -> PunktSentenceTokenizer:
+def _punkt(language: str):
     """A punkt tokenizer built from the pretrained parameters shipped as Python literals."""
     if not re.fullmatch(r"[a-z_]+", language):
         raise ValueError(f"invalid punkt language name: {language!r}")
     import importlib
+
+    # nltk loads here, on the first cut, not on import: its package root pulls in scipy
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
     try:
         data = importlib.import_module(f"punkt.data.{language}")

@@ -45,10 +45,16 @@ class TorchBackend:
         self.input_names = ["input_ids", "attention_mask", "token_type_ids"]
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | None = None, dtype: str | None = None):
+    def from_pretrained(
+        cls, path: str | Path, device: str | None = None, dtype: str | None = None, show_progress_bar: bool = False
+    ):
+        from pruner_model.inference.loading import progress_bars
+
         from pruner_model import PrunerModel
 
-        return cls(PrunerModel.from_pretrained(str(path)), device=device, dtype=dtype)
+        with progress_bars(show_progress_bar):
+            model = PrunerModel.from_pretrained(str(path))
+        return cls(model, device=device, dtype=dtype)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         return self.model.predict(batch, dtype=self.dtype)

@@ -299,6 +299,14 @@ def _serve_parser() -> argparse.ArgumentParser:
         metavar="ORIGIN",
         help="a browser origin allowed to call the server (repeatable; default: none, same-origin only)",
     )
+    p.add_argument(
+        "--budget-tokenizer",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a budget_tokenizer requests may name (repeatable; a tiktoken encoding, a tokenizer folder "
+        "or hub id; loaded at start-up); default: the pruner's own tokenizer only",
+    )
     p.add_argument("--access-log", action="store_true", help="log every request (method, path, status)")
     p.add_argument("--no-batching", action="store_true", help="one request at a time (benchmarks)")
     return p
@@ -322,7 +330,10 @@ def serve_main(argv: list[str] | None = None) -> int:
     from pruner_model.inference.server import ServerLimits, create_app
 
     pruner = load_pruner(model_dir, args, device=args.device, quantized=args.quantized)
-    limits = ServerLimits(**{field: getattr(args, field) for field, *_ in LIMIT_FLAGS})
+    limits = ServerLimits(
+        **{field: getattr(args, field) for field, *_ in LIMIT_FLAGS},
+        budget_tokenizers=tuple(args.budget_tokenizer),
+    )
     api_key = os.environ.get(args.api_key_env) or None
     app = create_app(  # runs the model self-check: a broken model fails here, with one line
         pruner,

@@ -14,6 +14,7 @@ from pruner_model.core.configuration import check_fits
 from pruner_model.core.score_rules import relevance_weighted
 from pruner_model.core.scoring import PairScores, score_pairs
 from pruner_model.inference.backends import Backend, TorchBackend
+from pruner_model.inference.budget import token_counter
 from pruner_model.inference.loading import is_onnx_folder, load_config, load_tokenizer, resolve_model_path
 from pruner_model.inference.requests import (
     PassageInput,
@@ -71,6 +72,7 @@ class ContextPruner:
         backend: Literal["auto", "torch", "onnx"] = "auto",
         device: str | None = None,
         batch_size: int = 32,
+        show_progress_bar: bool = False,
         **backend_kwargs,
     ) -> ContextPruner:
         """Load a checkpoint folder (``save_pretrained`` output), an ONNX export folder, or a
@@ -83,6 +85,7 @@ class ContextPruner:
                 ``"torch"`` or ``"onnx"``.
             device: ``"cpu"``, ``"cuda"`` or None for the best available.
             batch_size: windows per encoder call.
+            show_progress_bar: show transformers' weight-loading bar (off: loading prints nothing).
             **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype="auto"`` (torch: bf16
                 where it is native, else fp32; or ``"bf16"``, ``"fp32"``), ...
 
@@ -105,7 +108,9 @@ class ContextPruner:
                     f"{path} is a torch checkpoint; int8 needs an ONNX export "
                     f"(pruner export --model {path} --output DIR --quantize int8)"
                 )
-            impl: Backend = TorchBackend.from_pretrained(path, device=device, **backend_kwargs)
+            impl: Backend = TorchBackend.from_pretrained(
+                path, device=device, show_progress_bar=show_progress_bar, **backend_kwargs
+            )
         elif backend == "onnx":
             from pruner_model.inference.onnx_backend import OnnxBackend
 
@@ -310,6 +315,9 @@ class ContextPruner:
     def _select(self, query, passages, qi, by_pair, params: SelectionParams) -> PruneResult:
         """Selection over the units of one query's passages, then the typed result."""
         units, starts, ends = _units(passages, [by_pair.get((qi, pi)) for pi in range(len(passages))])
+        counter = token_counter(params.budget_tokenizer)
+        if counter is not None:  # budgets and counts in the generator's tokens
+            units.tokens = counter(units.texts)
         keep, removed = select(units, params)
         confidence, uncertain = uncertainty(units, params.uncertain_below)
         results = [_passage_result(p, units, keep, starts, ends, pi) for pi, p in enumerate(passages)]

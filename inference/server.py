@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from pruner_model.core.alignment import count_tokens
 from pruner_model.inference.batcher import MicroBatcher, self_check
+from pruner_model.inference.budget import PRUNER, token_counter
 from pruner_model.inference.http_schemas import (
     KNOWN_ROUTES,
     BatchBody,
@@ -48,6 +49,9 @@ class ServerLimits:
     # open connections, idle ones included (uvicorn answers 503 above): well above max_concurrency,
     # so that idle sockets cannot take the slots of requests
     max_connections: int = 1024
+    # the budget_tokenizer names a request may choose (loaded at start-up); any other is a 422, so
+    # a request cannot make the server load a tokenizer from a path or a hub id of its choosing
+    budget_tokenizers: tuple[str, ...] = ()
 
 
 class RequestChecks:
@@ -87,6 +91,12 @@ class RequestChecks:
 
     def prepare(self, query: str, passages: list, settings: dict) -> PruneRequest:
         """A request checked and segmented now: a batch never fails on this request's text."""
+        counter = settings.get("budget_tokenizer")
+        if counter not in (None, PRUNER, *self.limits.budget_tokenizers):
+            served = ", ".join((PRUNER, *self.limits.budget_tokenizers))
+            raise self._error(
+                422, f"budget_tokenizer {counter!r} is not served here; this server counts with: {served}"
+            )
         try:
             params = self.pruner.selection_params(SelectionParams(), **settings)
             return self.pruner.prepare(PruneRequest(query, passages, params))
@@ -217,6 +227,8 @@ def create_app(
     from fastapi.responses import JSONResponse
 
     limits = limits or ServerLimits()
+    for name in limits.budget_tokenizers:  # loaded now: a bad name fails the start, not a request
+        token_counter(name)
     if check:
         self_check(pruner)
     metrics = Metrics()

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import numbers
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Literal
@@ -76,6 +77,11 @@ class SelectionParams:
     if_uncertain: Literal["flag", "keep_all"] = _knob(
         "flag", "an uncertain query is only flagged in stats, or keeps every unit (the unpruned context)"
     )
+    budget_tokenizer: str | Callable | None = _knob(
+        None,
+        "count budgets and stats in this tokenizer's tokens: a tiktoken encoding (cl100k_base), a "
+        "Hugging Face tokenizer folder or hub id, or (Python) a callable; default: the pruner's own",
+    )
     price_per_million_tokens: float | None = _knob(
         None, "the generator's input price (USD per million tokens): stats then carry the money saved", 0.0
     )
@@ -138,6 +144,11 @@ def _check_knob(f, value) -> None:
         return
     if kind == "patterns":
         return
+    if kind == "tokenizer":
+        from pruner_model.inference.budget import check_budget_tokenizer
+
+        check_budget_tokenizer(value)
+        return
     if kind == "choice":
         choices = typing.get_args(typing.get_type_hints(SelectionParams)[name])
         if value not in choices:
@@ -171,8 +182,10 @@ def compile_pattern(pattern: str):
 
 # ---------------------------------------------------------------------------- derived interfaces
 def _field_kind(f) -> str:
-    """bool | patterns | choice | floor | int | float, from the field's annotation."""
+    """bool | patterns | choice | tokenizer | floor | int | float, from the field's annotation."""
     typ = str(f.type)
+    if "Callable" in typ:
+        return "tokenizer"
     if typ.startswith("Literal"):
         return "choice"
     if typ == "bool":
@@ -211,7 +224,7 @@ def add_selection_arguments(parser) -> None:
             choices = typing.get_args(typing.get_type_hints(SelectionParams)[f.name])
             group.add_argument(flag, dest=f.name, choices=choices, default=None, help=help)
         else:
-            conv = {"int": int, "float": float, "floor": _parse_floor}[kind]
+            conv = {"int": int, "float": float, "floor": _parse_floor, "tokenizer": str}[kind]
             group.add_argument(flag, dest=f.name, type=conv, default=None, help=help)
 
 
@@ -235,6 +248,7 @@ def selection_body_fields() -> dict:
         "int": StrictInt,
         "float": StrictFloat,
         "floor": StrictFloat | StrictStr,
+        "tokenizer": StrictStr,
     }
     hints = typing.get_type_hints(SelectionParams)
     out = {}

@@ -17,22 +17,23 @@ import this package.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import TYPE_CHECKING
-
-from transformers import AutoConfig
-
-from pruner_model.core.alignment import IGNORE_INDEX, Windows, encode_pairs, sentence_scores, span_labels
-from pruner_model.core.configuration import PrunerConfig
-from pruner_model.core.segmentation import Unit, segment
-
-AutoConfig.register(PrunerConfig.model_type, PrunerConfig, exist_ok=True)
-if importlib.util.find_spec("torch") is not None:  # registers PrunerModel with AutoModel
-    from pruner_model.core.modeling import PrunerModel, PrunerOutput, default_backbone_path  # noqa: F401
 
 __version__ = "0.1.0"
 
+# Every public name loads on first use: ``import pruner_model`` imports neither transformers nor
+# torch nor nltk (and, through nltk, scipy). ``PrunerConfig`` registers itself with
+# ``AutoConfig`` when it loads and ``PrunerModel`` with ``AutoModel``; to load a checkpoint with
+# ``AutoModel.from_pretrained``, touch ``pruner_model.PrunerModel`` first.
 _LAZY = {
+    "IGNORE_INDEX": "pruner_model.core.alignment",
+    "Windows": "pruner_model.core.alignment",
+    "encode_pairs": "pruner_model.core.alignment",
+    "sentence_scores": "pruner_model.core.alignment",
+    "span_labels": "pruner_model.core.alignment",
+    "PrunerConfig": "pruner_model.core.configuration",
+    "Unit": "pruner_model.core.segmentation",
+    "segment": "pruner_model.core.segmentation",
     "PrunerModel": "pruner_model.core.modeling",
     "PrunerOutput": "pruner_model.core.modeling",
     "default_backbone_path": "pruner_model.core.modeling",
@@ -46,7 +47,10 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from pruner_model.core.alignment import IGNORE_INDEX, Windows, encode_pairs, sentence_scores, span_labels
+    from pruner_model.core.configuration import PrunerConfig
     from pruner_model.core.modeling import PrunerModel, PrunerOutput, default_backbone_path
+    from pruner_model.core.segmentation import Unit, segment
     from pruner_model.inference.pruner import ContextPruner
     from pruner_model.inference.results import PassageResult, PruneResult, PruneStats, SentenceResult, Span
     from pruner_model.inference.settings import SelectionParams
