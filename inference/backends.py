@@ -46,7 +46,11 @@ class TorchBackend:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, device: str | None = None, dtype: str | None = None, show_progress_bar: bool = False
+        cls,
+        path: str | Path,
+        device: str | None = None,
+        dtype: str | None = None,
+        show_progress_bar: bool = False,
     ):
         from pruner_model.inference.loading import progress_bars
 

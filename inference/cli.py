@@ -77,6 +77,47 @@ def load_pruner(model_dir: Path, args, **kwargs):
     return pruner
 
 
+def add_summarizer_arguments(p) -> None:
+    """The summarizer of tiered compression (``--summarize``): an OpenAI-compatible endpoint."""
+    g = p.add_argument_group("summarizer (the middle tier of --summarize)")
+    g.add_argument("--summarizer-model", default=None, help="the endpoint's model name")
+    g.add_argument(
+        "--summarizer-url", default=None, help="an OpenAI-compatible base URL (default: OPENAI_BASE_URL)"
+    )
+    g.add_argument(
+        "--summarizer-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the endpoint's key (never printed)",
+    )
+    g.add_argument("--summarizer-timeout", type=float, default=20.0, help="seconds per summarizer request")
+    g.add_argument(
+        "--summarizer-price",
+        type=float,
+        nargs=2,
+        default=(0.0, 0.0),
+        metavar=("PROMPT", "COMPLETION"),
+        help="USD per million prompt and completion tokens (the summarizer's cost in the stats)",
+    )
+
+
+def summarizer_from_args(args):
+    """An ``OpenAISummarizer`` from :func:`add_summarizer_arguments`' flags, or None."""
+    if not args.summarizer_model:
+        return None
+    from pruner_model.inference.summarize import OpenAISummarizer
+
+    if not args.summarizer_timeout > 0:
+        raise ValueError(f"--summarizer-timeout must be > 0, got {args.summarizer_timeout}")
+    return OpenAISummarizer(
+        model=args.summarizer_model,
+        base_url=args.summarizer_url,
+        api_key_env=args.summarizer_key_env,
+        timeout=args.summarizer_timeout,
+        price_prompt=args.summarizer_price[0],
+        price_completion=args.summarizer_price[1],
+    )
+
+
 def _prune_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner prune",
@@ -98,6 +139,7 @@ def _prune_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=16, help="batch mode: queries per encoder run")
     add_selection_arguments(p)
+    add_summarizer_arguments(p)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     add_precision_argument(p)
     p.add_argument("--format", choices=["text", "json", "html"], default="text")
@@ -116,7 +158,7 @@ def _prune_file_main(args, overrides: dict) -> int:
     shard = parse_shard(args.shard)
     if not Path(args.input).is_file():
         raise FileNotFoundError(f"no such file: {args.input}")
-    pruner = load_pruner(existing_model_dir(args.model), args)
+    pruner = load_pruner(existing_model_dir(args.model), args, summarizer=summarizer_from_args(args))
     params = pruner.selection_params(**overrides)
     stats = prune_file(pruner, args.input, args.output, params, shard, args.batch_size)
     rate = stats.done / stats.seconds if stats.seconds else 0.0
@@ -141,7 +183,7 @@ def prune_main(argv: list[str] | None = None) -> int:
     if not args.query.strip():
         raise ValueError("--query is empty")
     passages = load_passages(args.passages)
-    pruner = load_pruner(existing_model_dir(args.model), args)
+    pruner = load_pruner(existing_model_dir(args.model), args, summarizer=summarizer_from_args(args))
     pruner.progress_above = 256  # long inputs show a progress bar
     result = pruner.prune(args.query, passages, **overrides)
     if args.format == "json":
@@ -299,6 +341,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         metavar="ORIGIN",
         help="a browser origin allowed to call the server (repeatable; default: none, same-origin only)",
     )
+    add_summarizer_arguments(p)
     p.add_argument(
         "--budget-tokenizer",
         action="append",
@@ -329,7 +372,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     from pruner_model.inference.http_protocol import protocol_with_header_timeout
     from pruner_model.inference.server import ServerLimits, create_app
 
-    pruner = load_pruner(model_dir, args, device=args.device, quantized=args.quantized)
+    pruner = load_pruner(
+        model_dir, args, device=args.device, quantized=args.quantized, summarizer=summarizer_from_args(args)
+    )
     limits = ServerLimits(
         **{field: getattr(args, field) for field, *_ in LIMIT_FLAGS},
         budget_tokenizers=tuple(args.budget_tokenizer),

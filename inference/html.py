@@ -10,6 +10,7 @@ _STYLE = """
 .pruner{font-family:system-ui,sans-serif;max-width:60rem;line-height:1.5}
 .passage{border:1px solid #ccc;border-radius:6px;padding:.8rem;margin:1rem 0;white-space:pre-wrap}
 .kept{background:#c8f7c5}.dropped{color:#999}.meta{color:#555;font-size:.9em}
+.summarized{background:#fde9a9}.summary{background:#fdf3d0;border-left:3px solid #e0b000;padding:.3rem .6rem;margin:.4rem 0}
 """
 
 
@@ -24,6 +25,13 @@ def render_fragment(result: PruneResult) -> str:
         f"(compression {s.compression:.1%}) · sentences {s.sentences_in} → {s.sentences_out} · "
         f"duplicates removed {s.duplicates_removed}</p>",
     ]
+    if s.summary is not None:
+        m = s.summary
+        out.append(
+            f"<p class='meta'>middle tier: {m.summarized} of {m.chunks} chunks summarized "
+            f"({m.tokens_in} → {m.tokens_out} tokens), {m.guard_fallbacks} kept verbatim by the fact "
+            f"guard, {m.failed} without a summary{' (' + html.escape(m.error) + ')' if m.error else ''}</p>"
+        )
     for p in result.passages:
         text = p.source_text
         title = f" — {html.escape(p.title)}" if p.title else ""
@@ -34,13 +42,19 @@ def render_fragment(result: PruneResult) -> str:
         pos = 0
         for sent in p.sentences:
             out.append(html.escape(text[pos : sent.start]))
-            cls = "kept" if sent.kept else "dropped"
+            # with summarize: verbatim green, summarized amber, dropped grey
+            cls = "summarized" if sent.tier == "summarized" else "kept" if sent.kept else "dropped"
             out.append(
                 f"<span class='{cls}' title='score {sent.score:.3f}'>"
                 f"{html.escape(text[sent.start : sent.end])}</span>"
             )
             pos = sent.end
         out.append(html.escape(text[pos:]) + "</div>")
+        for part in p.summaries:
+            out.append(
+                f"<div class='summary'><span class='meta'>summary of {part.tokens_in} tokens in "
+                f"{part.tokens_out}:</span> {html.escape(part.text)}</div>"
+            )
     out.append("</div>")
     return "".join(out)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pruner_model.core.alignment import unit_bounds
+from pruner_model.core.alignment import count_tokens, unit_bounds
 from pruner_model.core.configuration import check_fits
 from pruner_model.core.score_rules import relevance_weighted
 from pruner_model.core.scoring import PairScores, score_pairs
@@ -34,8 +34,10 @@ from pruner_model.inference.results import (
     join_spans,
     with_timings,
 )
-from pruner_model.inference.selection import Units, merge_spans, select, uncertainty
+from pruner_model.inference.selection import Units, merge_spans, middle_tier, select, uncertainty
 from pruner_model.inference.settings import SelectionParams
+from pruner_model.inference.summarize import check_summarizer
+from pruner_model.inference.tiers import MIDDLE
 
 from pruner_model import PrunerConfig
 
@@ -50,9 +52,12 @@ class ContextPruner:
     >>> result.text, result.stats.compression  # doctest: +SKIP
     """
 
-    def __init__(self, backend: Backend, tokenizer, config: PrunerConfig, batch_size: int = 32):
+    def __init__(
+        self, backend: Backend, tokenizer, config: PrunerConfig, batch_size: int = 32, summarizer=None
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.summarizer = check_summarizer(summarizer)  # the middle tier's, for summarize=True
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config
@@ -73,6 +78,7 @@ class ContextPruner:
         device: str | None = None,
         batch_size: int = 32,
         show_progress_bar: bool = False,
+        summarizer=None,
         **backend_kwargs,
     ) -> ContextPruner:
         """Load a checkpoint folder (``save_pretrained`` output), an ONNX export folder, or a
@@ -86,6 +92,8 @@ class ContextPruner:
             device: ``"cpu"``, ``"cuda"`` or None for the best available.
             batch_size: windows per encoder call.
             show_progress_bar: show transformers' weight-loading bar (off: loading prints nothing).
+            summarizer: a :class:`~pruner_model.inference.summarize.Summarizer` (e.g.
+                ``OpenAISummarizer``) for ``prune(..., summarize=True)``.
             **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype="auto"`` (torch: bf16
                 where it is native, else fp32; or ``"bf16"``, ``"fp32"``), ...
 
@@ -121,7 +129,7 @@ class ContextPruner:
                 config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
         else:
             raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
-        pruner = cls(impl, tokenizer, config, batch_size=batch_size)
+        pruner = cls(impl, tokenizer, config, batch_size=batch_size, summarizer=summarizer)
         pruner.source = str(path)
         return pruner
 
@@ -168,8 +176,20 @@ class ContextPruner:
         **overrides,
     ) -> list[PruneResult]:
         """:meth:`prune` for many ``(query, passages)`` items with the same settings; the windows
-        of ``queries_per_run`` queries at a time go through the encoder together."""
+        of ``queries_per_run`` queries at a time go through the encoder together.
+
+        ``summarize`` may be a :class:`~pruner_model.inference.summarize.Summarizer` instead of
+        True: it summarizes this call's middle tier (else the pruner's ``summarizer`` does)."""
+        summarizer = self.summarizer
+        if "summarize" in overrides and not isinstance(overrides["summarize"], bool | None):
+            summarizer = check_summarizer(overrides["summarize"])
+            overrides["summarize"] = True
         p = self.selection_params(params, **overrides)
+        if p.summarize and summarizer is None:
+            raise ValueError(
+                "summarize=True needs a summarizer: prune(..., summarize=OpenAISummarizer(model=..., "
+                "base_url=...)) or ContextPruner.from_pretrained(..., summarizer=...)"
+            )
         results: list[PruneResult] = []
         bar = None
         if show_progress_bar:
@@ -179,7 +199,8 @@ class ContextPruner:
         try:
             for b in range(0, len(items), max(1, queries_per_run)):
                 chunk = items[b : b + max(1, queries_per_run)]
-                results += self.run([PruneRequest(q, ps, p) for q, ps in chunk])
+                ran = self.run([PruneRequest(q, ps, p) for q, ps in chunk])
+                results += self.summarize(ran, [p] * len(ran), summarizer) if p.summarize else ran
                 if bar is not None:
                     bar.update(len(chunk))
         finally:
@@ -260,6 +281,42 @@ class ContextPruner:
         shares = tokens_per_query / n_tok if n_tok else np.full(len(requests), 1 / len(requests))
         return [with_timings(r, float(encoder_seconds * s), float(post * s)) for r, s in zip(results, shares)]
 
+    def summarize(
+        self,
+        results: Sequence[PruneResult],
+        params: Sequence[SelectionParams],
+        summarizer=None,
+        timeout: float | None = None,
+    ) -> list[PruneResult]:
+        """The middle tier of :meth:`run`'s ``results`` (those whose resolved ``params`` have
+        ``summarize``) summarized, guarded and assembled (:mod:`pruner_model.inference.tiers`);
+        a failing summarizer leaves the plain pruner's output and says why in
+        ``stats.summary.error``. ``timeout``: seconds for all the summarizer's requests."""
+        from pruner_model.inference.tiers import summarize_results
+
+        summarizer = summarizer or self.summarizer
+        if summarizer is None:
+            raise ValueError("summarize=True needs a summarizer (ContextPruner(..., summarizer=...))")
+
+        out = list(results)
+        keys = list(dict.fromkeys(p.budget_tokenizer for p in params if p.summarize))
+        for key in keys:  # summaries are counted in the tokens their units were counted in
+            idx = [i for i, p in enumerate(params) if p.summarize and p.budget_tokenizer == key]
+            done = summarize_results(
+                [results[i] for i in idx], [params[i] for i in idx], summarizer, self._counter(key), timeout
+            )
+            for i, r in zip(idx, done):
+                out[i] = r
+        return out
+
+    def _counter(self, budget_tokenizer):
+        """Token counts of texts as the units were counted: the budget tokenizer's, or the
+        pruner's own (with its long-word weighting)."""
+        counter = token_counter(budget_tokenizer)
+        if counter is None:
+            return lambda texts: [count_tokens(self.tokenizer, [t]) for t in texts]
+        return lambda texts: [int(n) for n in counter(texts)]
+
     def prepare(self, request: PruneRequest) -> PruneRequest:
         """Check and segment a request's query and passages now (raises ValueError/TypeError on bad
         input), so a batch of prepared requests cannot fail on one request's text."""
@@ -320,7 +377,11 @@ class ContextPruner:
             units.tokens = counter(units.texts)
         keep, removed = select(units, params)
         confidence, uncertain = uncertainty(units, params.uncertain_below)
-        results = [_passage_result(p, units, keep, starts, ends, pi) for pi, p in enumerate(passages)]
+        tiers = None
+        if params.summarize:  # verbatim = what the plain pruner keeps; the middle tier is resolved later
+            tiers = np.where(keep, "verbatim", "dropped").astype(object)
+            tiers[middle_tier(units, keep, params)] = MIDDLE
+        results = [_passage_result(p, units, keep, starts, ends, pi, tiers) for pi, p in enumerate(passages)]
         stats = _stats(units, keep, removed, confidence, uncertain, params)
         text = "\n\n".join(r.text for r in results if r.text)
         return PruneResult(query, text, tuple(results), stats, params.threshold)
@@ -363,12 +424,17 @@ def _units(passages: list[PreparedPassage], scores: list[PairScores | None]):
     return units, starts, ends
 
 
-def _passage_result(p: PreparedPassage, units: Units, keep, starts, ends, pi: int) -> PassageResult:
+def _passage_result(
+    p: PreparedPassage, units: Units, keep, starts, ends, pi: int, tiers=None
+) -> PassageResult:
     sel = units.passage == pi
     spans = merge_spans(starts[sel], ends[sel], units.scores[sel], keep[sel])
+    tier = tiers[sel] if tiers is not None else [None] * int(sel.sum())
     sentences = tuple(
-        SentenceResult(k, u.start, u.end, float(s), bool(kp), u.kind, int(t))
-        for k, (u, s, kp, t) in enumerate(zip(p.units, units.scores[sel], keep[sel], units.tokens[sel]))
+        SentenceResult(k, u.start, u.end, float(s), bool(kp), u.kind, int(t), tr)
+        for k, (u, s, kp, t, tr) in enumerate(
+            zip(p.units, units.scores[sel], keep[sel], units.tokens[sel], tier)
+        )
     )
     return PassageResult(
         id=p.id,

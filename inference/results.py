@@ -27,7 +27,20 @@ class SentenceResult:
     score: float
     kept: bool
     kind: str = "sentence"
-    tokens: int = 0  # tokens of the unit by the model tokenizer
+    tokens: int = 0  # tokens of the unit (the pruner's tokenizer, or the budget_tokenizer)
+    tier: str | None = None  # with summarize: "verbatim", "summarized" or "dropped"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryPart:
+    """A middle-tier chunk of a passage (``source_text[start:end]``) and the summary that stands
+    for it in the pruned text."""
+
+    start: int
+    end: int
+    text: str  # the summary
+    tokens_in: int  # tokens of the chunk
+    tokens_out: int  # tokens of the summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +53,25 @@ class PassageResult:
     relevance: float  # passage relevance probability (max over windows)
     original_length: int  # characters in the original passage
     source_text: str = field(default="", repr=False, compare=False)  # the input text (not in to_dict)
+    summaries: tuple[SummaryPart, ...] = ()  # with summarize: the summarized chunks, in order
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStats:
+    """What the middle tier did for one query (``PruneStats.summary`` with summarize on)."""
+
+    chunks: int = 0  # middle-tier chunks that survived the budget
+    summarized: int = 0  # chunks whose summary stands in the text
+    guard_fallbacks: int = 0  # summaries that lost a number, date, id, URL or must_keep match: verbatim
+    not_shorter: int = 0  # summaries no shorter than their chunk: verbatim
+    failed: int = 0  # chunks without a summary (endpoint down, slow, or no answer for them): dropped
+    tokens_in: int = 0  # tokens of the summarized chunks
+    tokens_out: int = 0  # tokens of their summaries
+    cache_hits: int = 0
+    calls: int = 0  # summarizer requests sent
+    cost: float = 0.0  # USD the summarizer spent (with its prices)
+    seconds: float = 0.0
+    error: str | None = None  # why the middle tier was (partly) dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +88,9 @@ class PruneStats:
     uncertain: bool = False  # confidence under the checkpoint's uncertainty threshold: a pipeline
     # may fall back to the unpruned context (or ask prune() for if_uncertain="keep_all")
     tokens_saved: int = 0  # tokens_in - tokens_out (model tokenizer)
-    cost_saved: float | None = None  # USD, when prune() was given price_per_million_tokens
+    cost_saved: float | None = None  # USD, when prune() was given price_per_million_tokens (net of
+    # the summarizer's spend with summarize on)
+    summary: SummaryStats | None = None  # with summarize: the middle tier's accounting
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +104,16 @@ class PruneResult:
     def to_dict(self) -> dict:
         """JSON-ready nested dict (spans as ``[start, end, score]`` lists)."""
         out = asdict(self)
+        tiered = self.stats.summary is not None  # without summarize, exactly the plain pruner's keys
+        if not tiered:
+            out["stats"].pop("summary")
         for p in out["passages"]:
             p.pop("source_text")
             p["spans"] = [list(s) for s in p["spans"]]
+            if not tiered:
+                p.pop("summaries")
+                for s in p["sentences"]:
+                    s.pop("tier")
         return out
 
     def _repr_html_(self) -> str:

@@ -198,6 +198,42 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
     return keep, removed
 
 
+def middle_tier(units: Units, keep: np.ndarray, params: SelectionParams) -> np.ndarray:
+    """The units summarized instead of dropped: those :func:`select` dropped that score at least
+    ``params.summary_threshold`` (relative like the threshold), in passages the relevance gate
+    lets through, not duplicates of a kept or earlier one, packed by score into what the token
+    budgets leave after the kept units, each counted at its full length (so the output stays
+    within the budget even where a summary falls back to the verbatim chunk)."""
+    if params.summary_threshold is None or not len(units) or keep.all():
+        return np.zeros(len(units), dtype=bool)
+    floor = None if params.relative_floor == CHECKPOINT else params.relative_floor
+    middle = apply_threshold(units, params.summary_threshold, floor) & ~keep
+    middle = gate_passages(units, middle, params.min_relevance)
+    if params.dedup:
+        seen = {normalize(units.texts[i]) for i in np.flatnonzero(keep)}
+        for i in np.flatnonzero(middle):
+            key = normalize(units.texts[i])
+            middle[i] = key not in seen
+            seen.add(key)
+    if params.token_budget is None and params.per_passage_budget is None:
+        return middle
+    left = None if params.token_budget is None else params.token_budget - int(units.tokens[keep].sum())
+    used = {int(p): int(units.tokens[keep & (units.passage == p)].sum()) for p in np.unique(units.passage)}
+    out = np.zeros_like(middle)
+    idx = np.flatnonzero(middle)
+    for i in idx[np.argsort(-units.scores[idx], kind="stable")]:
+        t, p = int(units.tokens[i]), int(units.passage[i])
+        if left is not None and t > left:
+            continue
+        if params.per_passage_budget is not None and used[p] + t > params.per_passage_budget:
+            continue
+        out[i] = True
+        used[p] += t
+        if left is not None:
+            left -= t
+    return out
+
+
 def merge_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, keep: np.ndarray):
     """Adjacent kept units of one passage merged into ``(start, end, score)`` spans."""
     spans = []

@@ -97,6 +97,11 @@ class RequestChecks:
             raise self._error(
                 422, f"budget_tokenizer {counter!r} is not served here; this server counts with: {served}"
             )
+        if settings.get("summarize") and self.pruner.summarizer is None:
+            raise self._error(
+                422,
+                "summarize: this server has no summarizer (pruner serve --summarizer-model NAME --summarizer-url URL)",
+            )
         try:
             params = self.pruner.selection_params(SelectionParams(), **settings)
             return self.pruner.prepare(PruneRequest(query, passages, params))
@@ -291,11 +296,19 @@ def add_routes(
             results = await within_deadline(batcher.submit(requests))
         except (ValueError, TypeError) as exc:
             raise HTTPException(422, str(exc)) from None
+        if any(r.params.summarize for r in requests):
+            # the middle tier, off the batcher: the summarizer gets what is left of the deadline
+            # (less a second to answer); a slow or dead one leaves the plain pruner's output
+            left = max(limits.deadline_s - (time.perf_counter() - t0) - 1.0, 0.1)
+            params = [r.params for r in requests]
+            results = await within_deadline(off_loop(pruner.summarize, results, params, None, left))
         latency = time.perf_counter() - t0
         for r in results:
             metrics.record(
                 latency, len(r.passages), r.stats.tokens_in, r.stats.tokens_out, r.stats.cost_saved or 0.0
             )
+            if r.stats.summary is not None:
+                metrics.record_summary(r.stats.summary)
         return [r.to_dict() for r in results]
 
     @app.post("/v1/prune")

@@ -21,6 +21,9 @@ class Metrics:
         self.batches = 0
         self.batched_queries = 0
         self.cost_saved = 0.0
+        self.summary = {"chunks": 0, "summarized": 0, "guard_fallbacks": 0, "failed": 0, "cache_hits": 0}
+        self.summary_tokens_saved = 0
+        self.summarizer_cost = 0.0
         self.latencies: deque[float] = deque(maxlen=window)
         self.started = time.time()
         self.registry = r = CollectorRegistry()
@@ -36,6 +39,15 @@ class Metrics:
         self.p_tokens_out = Counter("pruner_tokens_out", "passage tokens kept", registry=r)
         self.p_cost_saved = Counter(
             "pruner_cost_saved_usd", "generator input cost saved (priced requests)", registry=r
+        )
+        self.p_summary = Counter(
+            "pruner_summary_chunks", "middle-tier chunks by outcome", ["outcome"], registry=r
+        )
+        self.p_summary_saved = Counter(
+            "pruner_summary_tokens_saved", "tokens the summaries saved over their chunks", registry=r
+        )
+        self.p_summarizer_cost = Counter(
+            "pruner_summarizer_cost_usd", "what the summarizer spent (priced summarizers)", registry=r
         )
         self.p_batch = Histogram(
             "pruner_queries_per_encoder_batch",
@@ -58,6 +70,24 @@ class Metrics:
         self.p_tokens_out.inc(tokens_out)
         if cost_saved:
             self.p_cost_saved.inc(cost_saved)
+
+    def record_summary(self, summary) -> None:
+        """One result's middle tier (``PruneStats.summary``): the net saving is ``cost_saved``,
+        which already has the summarizer's spend taken off."""
+        saved = summary.tokens_in - summary.tokens_out
+        with self.lock:
+            for k in self.summary:
+                self.summary[k] += getattr(summary, k)
+            self.summary_tokens_saved += saved
+            self.summarizer_cost += summary.cost
+        for outcome in ("summarized", "guard_fallbacks", "failed", "not_shorter"):
+            n = getattr(summary, outcome)
+            if n:
+                self.p_summary.labels(outcome).inc(n)
+        if saved > 0:
+            self.p_summary_saved.inc(saved)
+        if summary.cost:
+            self.p_summarizer_cost.inc(summary.cost)
 
     def record_batch(self, queries: int) -> None:
         with self.lock:
@@ -88,6 +118,11 @@ class Metrics:
                 "tokens_out": self.tokens_out,
                 "tokens_saved": self.tokens_in - self.tokens_out,
                 "cost_saved_usd": self.cost_saved,
+                "summary": {
+                    **self.summary,
+                    "tokens_saved": self.summary_tokens_saved,
+                    "summarizer_cost_usd": self.summarizer_cost,
+                },
                 "compression": 1 - self.tokens_out / self.tokens_in if self.tokens_in else 0.0,
                 "encoder_batches": self.batches,
                 "mean_queries_per_batch": self.batched_queries / self.batches if self.batches else 0.0,

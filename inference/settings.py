@@ -82,6 +82,18 @@ class SelectionParams:
         "count budgets and stats in this tokenizer's tokens: a tiktoken encoding (cl100k_base), a "
         "Hugging Face tokenizer folder or hub id, or (Python) a callable; default: the pruner's own",
     )
+    summarize: bool = _knob(
+        False,
+        "summarize the middle tier (units scoring between summary_threshold and the threshold) "
+        "with the pruner's summarizer instead of dropping it",
+    )
+    summary_threshold: float | None = _knob(
+        None,
+        "lower edge of the middle tier (default: the checkpoint's calibrated summary_threshold, "
+        "else a quarter of the threshold)",
+        0.0,
+        1.0,
+    )
     price_per_million_tokens: float | None = _knob(
         None, "the generator's input price (USD per million tokens): stats then carry the money saved", 0.0
     )
@@ -126,6 +138,11 @@ class SelectionParams:
             if self.uncertain_below == CHECKPOINT
             else self.uncertain_below,
         }
+        if self.summarize and self.summary_threshold is None:
+            calibrated = getattr(config, "summary_threshold", None)
+            resolved["summary_threshold"] = (
+                calibrated if calibrated is not None else resolved["threshold"] / 4
+            )
         if all(getattr(self, k) == v for k, v in resolved.items()):
             return self
         # validated when set; the checkpoint's values were checked when its config was loaded,

@@ -1,8 +1,10 @@
 """Docs that match the code: every training config key is documented."""
 
 import dataclasses
+import json
 from pathlib import Path
 
+import pytest
 from pruner_model.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,3 +21,78 @@ def test_every_config_key_is_in_the_config_reference():
 
 def test_readme_stays_a_front_page():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def _commands(block: str) -> list[str]:
+    """The shell commands of a ```bash block: continuation lines joined, comments dropped."""
+    joined = block.replace("\\\n", " ")
+    return [
+        line.split("  #")[0].strip()
+        for line in joined.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+@pytest.mark.slow
+def test_serving_docs_commands_run_from_any_folder(tiny_checkpoint, tmp_path):
+    """docs/serving.md's shell blocks as written (export, serve, curl) in a folder that is not the
+    repository, with the tiny checkpoint as runs/quickstart; only the port is a free one."""
+    import re
+    import shutil
+    import subprocess
+
+    from tests.inference.test_reliability import free_port
+
+    shutil.copytree(tiny_checkpoint, tmp_path / "runs" / "quickstart")
+    text = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    port = str(free_port())
+    commands = [
+        c.replace("8000", port)
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+        for c in _commands(block)
+    ]
+    assert any(c.startswith("pruner export") for c in commands) and any(
+        c.startswith("curl") for c in commands
+    )
+    server = None
+    try:
+        for command in commands:
+            if command.startswith("pruner serve"):
+                server = subprocess.Popen(
+                    f"{command} --port {port}" if "--port" not in command else command,
+                    shell=True,
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                _wait_ready(server, port)
+                continue
+            run = subprocess.run(
+                command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=600
+            )
+            assert run.returncode == 0, f"{command}: {run.stderr[-1500:]}"
+            if command.startswith("curl"):
+                assert "stats" in json.loads(run.stdout)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def _wait_ready(server, port: str) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(server.communicate()[1][-1500:])
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError("pruner serve did not become ready")

@@ -13,10 +13,10 @@ import logging
 
 import numpy as np
 from pruner_model.core.precision import Precision, resolve_precision
-from pruner_model.evaluation.calibration import calibrate_operating_point
+from pruner_model.evaluation.calibration import calibrate_operating_point, slices_threshold
 from pruner_model.evaluation.evaluator import dev_metrics
 from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, load_range, range_ids
-from pruner_model.evaluation.metrics import weighted_groups
+from pruner_model.evaluation.metrics import relative_groups, weighted_groups
 from pruner_model.evaluation.scorer import score_groups
 from pruner_model.evaluation.statistics import promise_check
 from pruner_model.training.config import TrainConfig
@@ -85,6 +85,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
+    mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
     metrics = dev_metrics(
         scored, auc, mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
     )
@@ -119,6 +120,20 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
             f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
         )
     return metrics
+
+
+def _summary_threshold(slices, mc, target: float | None) -> float | None:
+    """The lower edge of tiered compression's middle tier: the threshold that keeps ``target``
+    (e.g. 0.99) of the evidence on every calibration slice, under the chosen floor and exponent;
+    never above the threshold itself."""
+    if target is None:
+        return None
+    named = slices if isinstance(slices, dict) else {"all": slices}
+    rel = [
+        relative_groups(weighted_groups(gs, mc.relevance_exponent), mc.relative_floor)
+        for gs in named.values()
+    ]
+    return min(mc.threshold, slices_threshold(rel, target))
 
 
 def _uncertainty_threshold(groups, exponent: float, share: float) -> float | None:

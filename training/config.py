@@ -193,6 +193,7 @@ class CalibrationSection:
     # queries whose best sentence scores under the uncertainty threshold are flagged uncertain: it
     # is set so that this share of the calibration queries with evidence falls under it (0 = off)
     uncertain_share: float = 0.1
+    summary_target: float | None = 0.99  # the middle tier's lower edge keeps this share of evidence
     # label every annotator's answer sentences in the calibration groups (records with
     # meta.answers, as `pruner data squad` writes): the threshold then keeps all of them, the
     # standard a question is judged by when several people marked its answer. Records without
@@ -210,6 +211,8 @@ class CalibrationSection:
             raise ConfigError(f"calibration.bf16 must be auto, yes or no, got {self.bf16!r}")
         if not 0.0 <= self.uncertain_share < 1.0:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
+        if self.summary_target is not None and not 0.0 < self.summary_target <= 1.0:
+            raise ConfigError(f"calibration.summary_target must be in (0, 1] or null, got {self.summary_target}")
         if self.shift_groups is not None and self.shift_groups < 1:
             raise ConfigError(f"calibration.shift_groups must be >= 1 or null, got {self.shift_groups}")
         from pruner_model.evaluation.shifts import shift_parts

@@ -103,7 +103,7 @@ def test_empty_documents_score_zero_everywhere(client, pruner):
     assert pruner.prune(QUERY, docs).passages[1].relevance == 0.0
 
 
-def test_the_official_cohere_sdk_talks_to_a_live_server(checkpoint):
+def test_the_official_cohere_sdk_and_a_tei_client_talk_to_a_live_server(checkpoint):
     cohere = pytest.importorskip("cohere")
     srv = Served(checkpoint, env={"PRUNER_API_KEY": "k3y"})
     try:
@@ -120,6 +120,16 @@ def test_the_official_cohere_sdk_talks_to_a_live_server(checkpoint):
                 model="m", query=QUERY, documents=DOCS
             )
         assert "401" in str(info.value)
+        import httpx  # a TEI-shaped client: text-embeddings-inference's /rerank body, over the network
+
+        tei = httpx.post(
+            srv.url + "/rerank",
+            json={"query": QUERY, "texts": DOCS, "truncate": True, "return_text": True},
+            headers={"Authorization": "Bearer k3y"},
+            timeout=30,
+        )
+        assert tei.status_code == 200 and [x["index"] for x in tei.json()] == [r.index for r in res1.results]
+        assert httpx.get(srv.url + "/info", headers={"Authorization": "Bearer k3y"}).json()["model_id"]
     finally:
         log = srv.stop()
     assert "Traceback" not in log

@@ -162,10 +162,11 @@ def test_mcp_quantized_needs_an_onnx_folder(tiny_checkpoint):
         build_server(str(tiny_checkpoint), quantized=True)
 
 
-def test_integration_docs_examples_run(tiny_checkpoint, capsys):
+def test_integration_docs_examples_run(tiny_checkpoint, capsys, tmp_path, monkeypatch):
     import re
     from pathlib import Path
 
+    monkeypatch.chdir(tmp_path)  # from a folder that is not the repository
     text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert len(blocks) == 3
