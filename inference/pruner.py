@@ -343,7 +343,9 @@ class ContextPruner:
     # ------------------------------------------------------------------ steps
     def _prepare(self, request: PruneRequest) -> tuple[str, list[PreparedPassage]]:
         cfg = self.config
-        passages = prepare_passages(request.passages, cfg.segmenter_language, cfg.segmenter_structure)
+        passages = prepare_passages(
+            request.passages, request.params.language, cfg.segmenter_structure, cfg.segmenter_language
+        )
         return check_query(request.query), passages
 
     def _score(self, queries: list[str], passages: list[PreparedPassage]) -> tuple[list[PairScores], float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pruner_model.core.segmentation import Unit, segment
+from pruner_model.core.segmentation import Unit, punkt_language, segment
 from pruner_model.inference.settings import SelectionParams
 
 PassageInput = str | Mapping[str, str]
@@ -49,9 +49,12 @@ def check_query(query) -> str:
     return query
 
 
-def prepare_passages(passages, language: str, structure: bool) -> list[PreparedPassage]:
+def prepare_passages(
+    passages, language: str | None, structure: bool, default_language: str = "english"
+) -> list[PreparedPassage]:
     """Passages (strings or ``{"id", "title", "text"}`` mappings, or one alone) checked through one
-    path (ids are strings or integers, titles strings, every text valid Unicode) and segmented."""
+    path (ids are strings or integers, titles strings, every text valid Unicode) and segmented
+    (``language`` None: punkt's parameters by each passage's script, else ``default_language``)."""
     if isinstance(passages, str | Mapping):
         passages = [passages]
     out = []
@@ -65,7 +68,8 @@ def prepare_passages(passages, language: str, structure: bool) -> list[PreparedP
         check_text(text, f"passage {i}")
         if title is not None:
             check_text(title, f"passage {i} title")
-        out.append(PreparedPassage(pid, title, text, segment(text, language, structure)))
+        lang = punkt_language(language, text, default_language)
+        out.append(PreparedPassage(pid, title, text, segment(text, lang, structure)))
     return out
 
 

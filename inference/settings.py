@@ -82,6 +82,12 @@ class SelectionParams:
         "count budgets and stats in this tokenizer's tokens: a tiktoken encoding (cl100k_base), a "
         "Hugging Face tokenizer folder or hub id, or (Python) a callable; default: the pruner's own",
     )
+    language: str | None = _knob(
+        None,
+        "punkt's parameters for Latin-script prose: a punkt name or ISO 639-1 code (de, french); "
+        "default: by script (Cyrillic, Greek, Malayalam), else the checkpoint's. CJK, Hindi, Arabic "
+        "and Thai are cut by their own marks in any case",
+    )
     summarize: bool = _knob(
         False,
         "summarize the middle tier (units scoring between summary_threshold and the threshold) "
@@ -161,6 +167,10 @@ def _check_knob(f, value) -> None:
         return
     if kind == "patterns":
         return
+    if kind == "name":
+        if not isinstance(value, str) or not value.strip() or len(value) > 40:
+            raise ValueError(f"{name} must be a short name, got {value!r}")
+        return
     if kind == "tokenizer":
         from pruner_model.inference.budget import check_budget_tokenizer
 
@@ -199,10 +209,12 @@ def compile_pattern(pattern: str):
 
 # ---------------------------------------------------------------------------- derived interfaces
 def _field_kind(f) -> str:
-    """bool | patterns | choice | tokenizer | floor | int | float, from the field's annotation."""
+    """bool | patterns | choice | tokenizer | name | floor | int | float, from the field's annotation."""
     typ = str(f.type)
     if "Callable" in typ:
         return "tokenizer"
+    if typ == "str | None":
+        return "name"
     if typ.startswith("Literal"):
         return "choice"
     if typ == "bool":
@@ -241,7 +253,7 @@ def add_selection_arguments(parser) -> None:
             choices = typing.get_args(typing.get_type_hints(SelectionParams)[f.name])
             group.add_argument(flag, dest=f.name, choices=choices, default=None, help=help)
         else:
-            conv = {"int": int, "float": float, "floor": _parse_floor, "tokenizer": str}[kind]
+            conv = {"int": int, "float": float, "floor": _parse_floor, "tokenizer": str, "name": str}[kind]
             group.add_argument(flag, dest=f.name, type=conv, default=None, help=help)
 
 
@@ -266,6 +278,7 @@ def selection_body_fields() -> dict:
         "float": StrictFloat,
         "floor": StrictFloat | StrictStr,
         "tokenizer": StrictStr,
+        "name": StrictStr,
     }
     hints = typing.get_type_hints(SelectionParams)
     out = {}

@@ -78,3 +78,75 @@ def test_unclosed_code_fence_is_one_unit():
 def test_rejects_non_string():
     with pytest.raises(TypeError):
         segment(b"bytes")
+
+
+# ---------------------------------------------------------------------------- every script
+def cuts(text, language=None):
+    return [text[u.start : u.end] for u in segment(text, language)]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("北京是中国的首都。上海很大！你去过吗？", ["北京是中国的首都。", "上海很大！", "你去过吗？"]),
+        (
+            "東京は日本の首都です。「行こう。」と彼は言った。",
+            ["東京は日本の首都です。", "「行こう。」", "と彼は言った。"],
+        ),
+        ("दिल्ली भारत की राजधानी है। यह बड़ा शहर है॥ मुंबई", ["दिल्ली भारत की राजधानी है।", "यह बड़ा शहर है॥", "मुंबई"]),
+        ("هل أنت بخير؟ نعم، شكرا. الكتاب هنا۔", ["هل أنت بخير؟", "نعم، شكرا.", "الكتاب هنا۔"]),
+        ("Привет. Как дела? Это т.е. пример.", ["Привет.", "Как дела?", "Это т.е. пример."]),
+        (
+            "Tokyo is big. 東京は大きい。Osaka too! 大阪も！",
+            ["Tokyo is big.", "東京は大きい。", "Osaka too!", "大阪も！"],
+        ),
+    ],
+)
+def test_sentences_of_every_script(text, expected):
+    assert cuts(text) == expected
+
+
+def test_thai_is_cut_at_spaces_when_long():
+    clause = "วันนี้อากาศดีมาก"  # "the weather is very nice today"
+    text = " ".join([clause] * 12)
+    units = cuts(text)
+    assert len(units) > 1 and all(len(u) <= 80 for u in units)
+    assert " ".join(units) == text
+    assert cuts(clause) == [clause]
+
+
+def test_language_names_codes_and_script_detection():
+    from pruner_model.core.segmentation import punkt_language
+
+    assert punkt_language("de") == "german" and punkt_language("german") == "german"
+    assert punkt_language(None, "Это пример текста на русском языке.") == "russian"
+    assert punkt_language("auto", "Plain English text.") == "english"
+    assert punkt_language(None, "东京是日本的首都。") == "english"  # cut by its own marks
+
+
+def test_english_cuts_are_punkts_on_1000_nyt_paragraphs(monkeypatch):
+    """The script rules never touch Latin prose: on 1,000 nyt dev paragraphs (the embedded
+    corpus, or the fixtures without it) every span is what punkt alone cuts."""
+    import json
+    from pathlib import Path
+
+    from pruner_model.core import segmentation
+
+    path = Path(__file__).resolve().parents[2] / "data" / "squad" / "dev.jsonl"
+    texts = []
+    if path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                texts.append(json.loads(line)["context"])
+                if len(set(texts)) >= 1000:
+                    break
+    texts = sorted(set(texts)) or [
+        "Dr. Smith left at 5 p.m. today. He came back.",
+        "U.S. troops left. Mr. Lee said so.",
+    ]
+    now = [[(u.start, u.end) for u in segment(t)] for t in texts]
+    monkeypatch.setattr(segmentation, "_script_spans", lambda text, s, e: [(s, e)])
+    monkeypatch.setattr(
+        segmentation, "punkt_language", lambda language, text="", default="english": "english"
+    )
+    assert now == [[(u.start, u.end) for u in segment(t)] for t in texts]

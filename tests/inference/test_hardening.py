@@ -4,7 +4,6 @@ and time), the CLI, and the Python API. Each test pins one way bad or hostile in
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import statistics
 import threading
@@ -412,17 +411,6 @@ def test_long_paragraphs_are_cut_in_windows_with_the_same_sentences(monkeypatch)
     monkeypatch.setattr(segmentation, "_punkt", lambda language: Slow())
     with pytest.raises(ValueError, match="sentence splitting timed out"):
         segment("Ab cd. " * 10)
-
-
-def test_text_that_is_never_cut_warns_once(caplog, monkeypatch):
-    from pruner_model.core import segmentation
-
-    monkeypatch.setattr(segmentation, "_warned_scripts", False)
-    zh = "北京是中国的首都。" * 40
-    with caplog.at_level(logging.WARNING, logger="pruner_model.core.segmentation"):
-        assert len(segmentation.segment(zh)) == 1
-        segmentation.segment(zh)
-    assert len([r for r in caplog.records if "not cut into sentences" in r.getMessage()]) == 1
 
 
 # ---------------------------------------------------------------------------- 13. answer parser
