@@ -69,7 +69,9 @@ def nyt_groups(path: str, n: int, seed: int = 0) -> list[tuple[str, list[str], l
     out = []
     for recs in by.values():
         # meta.answers: each annotator's answer as a character span of its passage
-        answers = sorted({r["context"][a:b] for r in recs for a, b in (r.get("meta") or {}).get("answers", [])})
+        answers = sorted(
+            {r["context"][a:b] for r in recs for a, b in (r.get("meta") or {}).get("answers", [])}
+        )
         out.append((recs[0]["query"], [r["context"] for r in recs], answers))
     return out
 
@@ -86,6 +88,7 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--summarizer-url", default=None)
     ap.add_argument("--summarizer-model", default="smollm2")
+    ap.add_argument("--summarizer-key-env", default="OPENAI_API_KEY", help="with --summarizer-url: its key")
     ap.add_argument("--output", default="benchmarks/reports/summarize.json")
     args = ap.parse_args()
 
@@ -101,7 +104,11 @@ def main() -> int:
 
         def summarizer():
             return OpenAISummarizer(
-                args.summarizer_model, base_url=url, api_key_env=None, timeout=120, cache=tmp / "cache.sqlite"
+                args.summarizer_model,
+                base_url=url,
+                api_key_env=None if proc is not None else args.summarizer_key_env,
+                timeout=120,
+                cache=tmp / "cache.sqlite",
             )
 
         rows = {"plain": [], "tiered": [], "tiered_cached": []}

@@ -330,8 +330,11 @@ class OpenAISummarizer:
         usage: dict = {}
         stop = None if timeout is None else time.monotonic() + timeout
         error = None
-        for b in range(0, len(todo), self.chunks_per_call):
-            part = todo[b : b + self.chunks_per_call]
+        # several chunks a request; a chunk the answer left out is asked for again alone, once
+        # (small models often answer only the first chunks of a list)
+        batches = [todo[b : b + self.chunks_per_call] for b in range(0, len(todo), self.chunks_per_call)]
+        while batches:
+            part = batches.pop(0)
             try:
                 content = self.endpoint.complete(
                     lambda mode, part=part: self._body([texts[i] for i in part], mode),
@@ -345,6 +348,8 @@ class OpenAISummarizer:
                 out[i] = summary
                 if summary is not None and self.cache is not None:
                     self.cache.put(keys[i], summary)
+                elif summary is None and len(part) > 1:
+                    batches.append([i])
         if error:
             logger.warning("%s; the middle tier is dropped for the chunks left", error)
         return SummaryBatch(

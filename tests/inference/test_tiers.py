@@ -262,3 +262,28 @@ def test_tiers_through_the_real_server_are_ordered_cached_and_accounted(server, 
     if answered == m.chunks:  # every summary came from the cache: no request at all
         assert second.stats.summary.calls == 0 and again.endpoint.acc.requests == 0
     assert second.text == first.text
+
+
+def test_a_chunk_the_answer_left_out_is_asked_for_alone(tmp_path):
+    from types import SimpleNamespace
+
+    asked = []
+
+    def create(**body):
+        chunks = json.loads(body["messages"][1]["content"])["chunks"]
+        asked.append(len(chunks))
+        answer = {"summaries": [{"id": "C1", "summary": "short " + chunks[0]["text"][:10]}]}  # only the first
+        usage = SimpleNamespace(prompt_tokens=100, completion_tokens=10)
+        return SimpleNamespace(
+            choices=[SimpleNamespace(message=SimpleNamespace(content=json.dumps(answer)))], usage=usage
+        )
+
+    client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
+    s = OpenAISummarizer(
+        "m", client=client, cache=tmp_path / "c.sqlite", price_prompt=1.0, price_completion=2.0
+    )
+    batch = s.summarize(["alpha text one", "beta text two", "gamma text three"])
+    assert asked == [3, 1, 1] and all(batch.summaries) and batch.calls == 3
+    assert batch.cost == pytest.approx(3 * (100 / 1e6 + 10 * 2 / 1e6))
+    again = s.summarize(["alpha text one", "beta text two", "gamma text three"])
+    assert again.cache_hits == 3 and again.calls == 0 and asked == [3, 1, 1]
