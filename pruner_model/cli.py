@@ -19,6 +19,11 @@ COMMANDS = {
         "label (query, passages) groups with an LLM",
     ),
     "train": ("pruner_model.training.cli", "train_main", "fine-tune a pruner from a YAML config"),
+    "backbone": (
+        "pruner_model.training.backbones",
+        "backbone_main",
+        "write a registry-installed encoder as a Hugging Face folder",
+    ),
     "evaluate": (
         "pruner_model.inference.evaluate_cli",
         "evaluate_main",

