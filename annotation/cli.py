@@ -151,7 +151,7 @@ def data_main(argv: list[str] | None = None) -> int:
 
 
 def _mix_parser() -> argparse.ArgumentParser:
-    from pruner_model.annotation.sources import TASK_FILES
+    from pruner_model.annotation.sources import ENGLISH_SOURCES, TASK_FILES
 
     p = argparse.ArgumentParser(
         prog="pruner data mix",
@@ -164,8 +164,9 @@ def _mix_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="data/mix", help="output folder (default: data/mix)")
     p.add_argument(
         "--sources",
-        default=",".join(TASK_FILES),
-        help=f"comma list of sources (default: all of {', '.join(TASK_FILES)})",
+        default=",".join(ENGLISH_SOURCES),
+        help=f"comma list of sources, of {', '.join(TASK_FILES)} (default: the English ones; the "
+        "multilingual recipe adds hindi,parsinlu: docs/multilingual.md)",
     )
     p.add_argument("--passages-per-group", type=int, default=5)
     p.add_argument("--same-doc", type=int, default=1, help="other chunks of the question's document")

@@ -23,6 +23,10 @@ source          evidence                                                    doma
 ``cosmosqa``    none: free-form answers. The passage is relevant, its       personal blogs
                 sentences unlabeled (``passage_only``: trains the
                 relevance head, not the token head)
+``hindi``       the sentence holding the answer string (the question is     Hindi Wikipedia
+                the input's last sentence, after its last "।")
+``parsinlu``    the sentences holding each answer string (several answers   Persian Wikipedia,
+                may all be needed)                                          web
 ==============  ==========================================================  ================
 
 CoQA (``coqa_conversational_question_answering``) is reserved for an outside evaluation and is
@@ -50,7 +54,12 @@ TASK_FILES = {
     "quoref": "natural_instructions/subtask002_quoref_answer_generation/task.json",
     "drop": "natural_instructions/subtask028_drop_answer_generation/task.json",
     "cosmosqa": "natural_instructions/subtask024_cosmosqa_answer_generation/task.json",
+    # other languages (the multilingual recipe: configs/multilingual.yaml)
+    "hindi": "hindi_question_answering/task.json",
+    "parsinlu": "parsinlu_reading_comprehension/task.json",
 }
+LANGUAGE = {"hindi": "hi", "parsinlu": "fa"}  # sources not in English (the rest are "en")
+ENGLISH_SOURCES = ("nq", "multirc", "disfl_qa", "quoref", "drop", "cosmosqa")
 
 # the licence each source is distributed under (the original data sets, as BIG-bench cites them)
 LICENCES = {
@@ -60,6 +69,8 @@ LICENCES = {
     "quoref": "CC BY 4.0 (Quoref, AllenAI), via Natural Instructions (Apache 2.0)",
     "drop": "CC BY-SA 4.0 (DROP, AllenAI), via Natural Instructions (Apache 2.0)",
     "cosmosqa": "CC BY 4.0 (Cosmos QA, AllenAI), via Natural Instructions (Apache 2.0)",
+    "hindi": "Apache 2.0 (BIG-bench hindi_question_answering; contexts from Hindi Wikipedia, CC BY-SA)",
+    "parsinlu": "CC BY-NC-SA 4.0 (ParsiNLU, Khashabi et al. 2021): non-commercial",
 }
 
 
@@ -309,6 +320,32 @@ def convert_cosmosqa(raw: dict, qid: str, report: SourceReport) -> Example | Non
     return Example(qid, "cosmosqa", query, doc, [], passage_only=True)
 
 
+def convert_hindi(raw: dict, qid: str, report: SourceReport) -> Example | None:
+    text = str(raw.get("input", "")).strip()
+    cut = max(text.rfind(mark, 0, len(text) - 1) for mark in "।.?!")  # the question: the last sentence
+    doc, query = text[: cut + 1].strip(), text[cut + 1 :].strip()
+    if cut < 0 or not doc or not query:
+        report.skip("unparsed")
+        return None
+    return _labeled(qid, "hindi", query, doc, _target(raw), report)
+
+
+def convert_parsinlu(raw: dict, qid: str, report: SourceReport) -> Example | None:
+    parsed = _parse(raw, report, ("passage: '", "' question: '"), ("' question: '", None))
+    if parsed is None:
+        return None
+    doc, query = parsed
+    query = query.removesuffix("'").strip()
+    answers = [str(a).strip() for a in raw.get("target") or [] if str(a).strip()]
+    spans = sorted(
+        {s for a in answers for s in evidence_sentences(query, doc, find_all(doc, a)) if find_all(doc, a)}
+    )
+    if not spans:
+        report.unmapped += 1
+        return None
+    return Example(qid, "parsinlu", query, doc, spans, answers)
+
+
 CONVERTERS: dict[str, Callable[[dict, str, SourceReport], Example | None]] = {
     "nq": convert_nq,
     "multirc": convert_multirc,
@@ -316,4 +353,6 @@ CONVERTERS: dict[str, Callable[[dict, str, SourceReport], Example | None]] = {
     "quoref": convert_quoref,
     "drop": convert_drop,
     "cosmosqa": convert_cosmosqa,
+    "hindi": convert_hindi,
+    "parsinlu": convert_parsinlu,
 }

@@ -156,3 +156,24 @@ def test_records_validate(tmp_path):
     records, _, _ = build_mix(_pool_examples(), MixSettings(calibration_share=0.01, dev_share=0.01))
     for r in records["train"]:
         validate_labeled(json.loads(json.dumps(r)))
+
+
+def test_hindi_question_is_the_last_sentence_and_evidence_the_answers_sentence():
+    examples, report = load("hindi")
+    assert [e.query for e in examples] == ["दिल्ली किस नदी के किनारे है?"]
+    assert evidence_text(examples[0]) == ["यह यमुना नदी के किनारे बसा है।"]  # cut at the danda
+    assert report.unmapped == 1 and report.skipped == {"unparsed": 1}
+
+
+def test_parsinlu_labels_every_answers_sentence():
+    examples, report = load("parsinlu")
+    assert examples[0].query == "کدام شهرها بزرگ هستند؟" and examples[0].answers == ["اصفهان", "تبریز"]
+    assert evidence_text(examples[0]) == ["اصفهان و تبریز شهرهای بزرگی هستند."]
+    assert evidence_text(examples[1]) == ["برنج آب زیادی می\u200cخواهد."]
+    assert report.unmapped == 1
+
+
+def test_the_default_mix_is_english():
+    from pruner_model.annotation.cli import _mix_parser
+
+    assert "hindi" not in _mix_parser().parse_args([]).sources
