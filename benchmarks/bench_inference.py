@@ -142,8 +142,6 @@ def free_port() -> int:
 
 def start_server(model_dir: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     """A real `pruner serve` process on a free 127.0.0.1 port, once it answers /health."""
-    import httpx
-
     port = free_port()
     cmd = [
         sys.executable,
@@ -158,14 +156,26 @@ def start_server(model_dir: str, extra: list[str]) -> tuple[subprocess.Popen, st
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
+    wait_for_server(proc, url + "/health")
+    return proc, url
+
+
+def wait_for_server(proc: subprocess.Popen, health_url: str, attempts: int = 600) -> None:
+    """Until ``health_url`` answers 200; a process that exits or never answers is stopped and
+    raised as RuntimeError."""
+    import httpx
+
+    for _ in range(attempts):
+        if proc.poll() is not None:
+            break
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
+            if httpx.get(health_url, timeout=1).status_code == 200:
+                return
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.terminate()
-    raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-500:])
+    err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr else ""
+    raise RuntimeError(f"server did not start: {err}")
 
 
 def bench_server(

