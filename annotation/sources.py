@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pruner_model.annotation.squad import default_cache_dir, extract_from_sdist
+from pruner_model.core.records import SOURCE_LANGUAGE
 
 RESERVED_TASKS = ("coqa_conversational_question_answering",)  # never read: outside evaluation
 
@@ -58,7 +59,7 @@ TASK_FILES = {
     "hindi": "hindi_question_answering/task.json",
     "parsinlu": "parsinlu_reading_comprehension/task.json",
 }
-LANGUAGE = {"hindi": "hi", "parsinlu": "fa"}  # sources not in English (the rest are "en")
+LANGUAGE = SOURCE_LANGUAGE  # sources not in English (the rest are "en")
 ENGLISH_SOURCES = ("nq", "multirc", "disfl_qa", "quoref", "drop", "cosmosqa")
 
 # the licence each source is distributed under (the original data sets, as BIG-bench cites them)

@@ -15,6 +15,11 @@ class RecordError(ValueError):
     """A data file that cannot be read as the expected records; the message is one line."""
 
 
+# the language of a record's ``source`` where it is not English (the bigbench sources of
+# annotation/sources.py; records of any other source are taken as English)
+SOURCE_LANGUAGE = {"hindi": "hi", "parsinlu": "fa"}
+
+
 def read_text(path: str | Path) -> str:
     """The UTF-8 text of ``path``, or a one-line :class:`RecordError`."""
     path = Path(path)

@@ -96,7 +96,7 @@ print(result.text, result.stats.compression)
 
 ## Intended use and limits
 
-For pruning retrieved passages before generation, in English, on text like the training data.
+For pruning retrieved passages before generation, {_languages(cfg)}, on text like the training data.
 A threshold calibrated on one domain keeps fewer answers on another: re-calibrate on labeled data
 from your own corpus (`pruner evaluate`) before relying on the promised evidence rate. Passages are
 cut into sentences by NLTK punkt; answers spread over many sentences or tables need `neighbors`
@@ -136,6 +136,20 @@ def _mix(cfg) -> str:
             f"; the threshold also calibrated on every source of {', '.join(map(str, d.calibration_sources))}"
         )
     return out
+
+
+def _languages(cfg) -> str:
+    """The languages of the training sources (docs/data.md): what the card promises to work in."""
+    from pruner_model.core.records import SOURCE_LANGUAGE as LANGUAGE
+
+    names = {"en": "English", "hi": "Hindi", "fa": "Persian"}
+    trained = sorted({LANGUAGE.get(s, "en") for s in (cfg.data.mix or {"squad": 1})}, key=lambda c: c != "en")
+    if trained == ["en"]:
+        return "in English"
+    return (
+        f"in the languages it was trained and calibrated on ({', '.join(names[c] for c in trained)}); "
+        "its encoder reads about 100 languages, but no other language was trained or measured"
+    )
 
 
 def _precision(p: dict | None) -> str:
