@@ -57,7 +57,12 @@ def main() -> int:
     for m, p in pruners.items():
         med = float(np.median(seconds[m]))
         tokens = count_tokens(p.tokenizer, [t for _, ps in items for t in ps])
-        report["models"][m] = {"seconds_per_query": med, "ratio": med / base, "tokens": tokens, "precision": p.precision}
+        report["models"][m] = {
+            "seconds_per_query": med,
+            "ratio": med / base,
+            "tokens": tokens,
+            "precision": p.precision,
+        }
         print(f"| {m} | {p.precision} | {med:.3f} | {med / base:.2f} | {tokens} |")
     print(f"({report['machine']}, {len(items)} queries x {args.rounds} rounds)")
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,9 @@ class Unit:
 def _punkt(language: str):
     """A punkt tokenizer built from the pretrained parameters shipped as Python literals."""
     if not re.fullmatch(r"[a-z_]+", language):
-        raise ValueError(f"invalid language name: {language!r} (a punkt name such as english, or an ISO 639-1 code)")
+        raise ValueError(
+            f"invalid language name: {language!r} (a punkt name such as english, or an ISO 639-1 code)"
+        )
     import importlib
 
     # nltk loads here, on the first cut, not on import: its package root pulls in scipy

@@ -212,7 +212,9 @@ class CalibrationSection:
         if not 0.0 <= self.uncertain_share < 1.0:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
         if self.summary_target is not None and not 0.0 < self.summary_target <= 1.0:
-            raise ConfigError(f"calibration.summary_target must be in (0, 1] or null, got {self.summary_target}")
+            raise ConfigError(
+                f"calibration.summary_target must be in (0, 1] or null, got {self.summary_target}"
+            )
         if self.shift_groups is not None and self.shift_groups < 1:
             raise ConfigError(f"calibration.shift_groups must be >= 1 or null, got {self.shift_groups}")
         from pruner_model.evaluation.shifts import shift_parts

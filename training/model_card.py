@@ -143,7 +143,9 @@ def _languages(cfg) -> str:
     from pruner_model.core.records import SOURCE_LANGUAGE as LANGUAGE
 
     names = {"en": "English", "hi": "Hindi", "fa": "Persian"}
-    trained = sorted({LANGUAGE.get(s, "en") for s in (cfg.data.mix or {"squad": 1})}, key=lambda c: (c != "en", c))
+    trained = sorted(
+        {LANGUAGE.get(s, "en") for s in (cfg.data.mix or {"squad": 1})}, key=lambda c: (c != "en", c)
+    )
     if trained == ["en"]:
         return "in English"
     return (
