@@ -60,21 +60,7 @@ class Annotator(ChatEndpoint):
 
     def request_body(self, messages: list[dict], passages: list[PromptPassage], mode: str) -> dict:
         """The chat-completion request for ``messages`` (structured output by ``mode``)."""
-        body = dict(
-            model=self.s.model,
-            messages=messages,
-            temperature=self.s.temperature,
-            max_tokens=self.s.max_tokens,
-        )
-        if mode in ("auto", "json_schema"):
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "labels", "schema": response_schema(passages)},
-            }
-        elif mode in ("json_object", "auto_json_object"):
-            # llama.cpp's server constrains decoding to "schema"; other servers ignore it
-            body["response_format"] = {"type": "json_object", "schema": response_schema(passages)}
-        return body
+        return self.chat_body(messages, response_schema(passages), "labels", mode)
 
     def _complete(self, messages: list[dict], passages: list[PromptPassage]) -> str:
         """One chat completion with bounded retries; returns the answer text."""

@@ -43,8 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pruner_model.annotation.squad import default_cache_dir, extract_from_sdist
-from pruner_model.core.records import SOURCE_LANGUAGE
+from pruner_model.annotation.squad import extract_from_sdist
+from pruner_model.core.records import SOURCE_LANGUAGE, default_cache_dir
 
 RESERVED_TASKS = ("coqa_conversational_question_answering",)  # never read: outside evaluation
 

@@ -22,7 +22,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pruner_model.core.records import RecordError, read_text
+from pruner_model.core.records import RecordError, default_cache_dir, read_text
 
 from pruner_model import segment
 
@@ -36,12 +36,6 @@ SQUAD_FILES = {  # split name -> file in bigbench/benchmark_tasks/squad_shifts/
 HELD_OUT = {"reddit", "amazon"}  # never train, tune or calibrate on these
 DEFAULT_TRAIN_SPLITS = ("squaddev", "new_wiki")
 DEFAULT_DEV_SPLITS = ("nyt",)
-
-
-def default_cache_dir() -> Path:
-    import os
-
-    return Path(os.environ.get("PRUNER_CACHE", Path.home() / ".cache" / "pruner"))
 
 
 def bigbench_sdist(cache_dir: Path | None = None) -> Path:

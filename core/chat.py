@@ -100,6 +100,22 @@ class ChatEndpoint:
         self._lock = threading.Lock()
         self._answers = 0  # completions the endpoint returned (cache hits excluded)
 
+    def chat_body(self, messages: list[dict], schema: dict, name: str, mode: str) -> dict:
+        """The chat-completion request for ``messages``, its answer constrained to ``schema`` by
+        the structured-output ``mode`` (``json_schema``, ``json_object`` or none)."""
+        body = dict(
+            model=self.s.model,
+            messages=messages,
+            temperature=self.s.temperature,
+            max_tokens=self.s.max_tokens,
+        )
+        if mode in ("auto", "json_schema"):
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        elif mode in ("json_object", "auto_json_object"):
+            # llama.cpp's server constrains decoding to "schema"; other servers ignore it
+            body["response_format"] = {"type": "json_object", "schema": schema}
+        return body
+
     def _retry_after(self, exc) -> float | None:
         resp = getattr(exc, "response", None)
         headers = getattr(resp, "headers", None) or {}

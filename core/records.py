@@ -20,6 +20,11 @@ class RecordError(ValueError):
 SOURCE_LANGUAGE = {"hindi": "hi", "parsinlu": "fa"}
 
 
+def default_cache_dir() -> Path:
+    """Where downloads and caches live: ``$PRUNER_CACHE``, else ``~/.cache/pruner``."""
+    return Path(os.environ.get("PRUNER_CACHE", Path.home() / ".cache" / "pruner"))
+
+
 def read_text(path: str | Path) -> str:
     """The UTF-8 text of ``path``, or a one-line :class:`RecordError`."""
     path = Path(path)

@@ -141,11 +141,18 @@ class RankedPassage(NamedTuple):
 
 def join_spans(text: str, spans) -> str:
     """Kept spans of a passage joined by a newline where the original gap had one, else a space."""
+    return join_pieces(text, [(s, e, text[s:e]) for s, e, _ in spans])
+
+
+def join_pieces(text: str, pieces) -> str:
+    """``(start, end, string)`` pieces of ``text``, in document order, joined by a newline where
+    the original gap between them had one, else a space (a piece's string may stand for its
+    span, as a summary does)."""
     parts = []
-    for k, (s, e, _) in enumerate(spans):
+    for k, (s, _, piece) in enumerate(pieces):
         if k:
-            parts.append("\n" if "\n" in text[spans[k - 1][1] : s] else " ")
-        parts.append(text[s:e])
+            parts.append("\n" if "\n" in text[pieces[k - 1][1] : s] else " ")
+        parts.append(piece)
     return "".join(parts)
 
 

@@ -215,23 +215,10 @@ def middle_tier(units: Units, keep: np.ndarray, params: SelectionParams) -> np.n
             key = normalize(units.texts[i])
             middle[i] = key not in seen
             seen.add(key)
-    if params.token_budget is None and params.per_passage_budget is None:
-        return middle
-    left = None if params.token_budget is None else params.token_budget - int(units.tokens[keep].sum())
-    used = {int(p): int(units.tokens[keep & (units.passage == p)].sum()) for p in np.unique(units.passage)}
-    out = np.zeros_like(middle)
-    idx = np.flatnonzero(middle)
-    for i in idx[np.argsort(-units.scores[idx], kind="stable")]:
-        t, p = int(units.tokens[i]), int(units.passage[i])
-        if left is not None and t > left:
-            continue
-        if params.per_passage_budget is not None and used[p] + t > params.per_passage_budget:
-            continue
-        out[i] = True
-        used[p] += t
-        if left is not None:
-            left -= t
-    return out
+    # the kept units go first and all fit (select packed them under the same budgets); the middle
+    # ones then take what is left, by score
+    packed = pack_budget(units, keep | middle, params.token_budget, params.per_passage_budget, priority=keep)
+    return packed & ~keep
 
 
 def merge_spans(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray, keep: np.ndarray):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import regex
+from pruner_model.core.records import default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -189,9 +190,7 @@ class SummaryCache:
 
 
 def default_cache_path() -> Path:
-    import os
-
-    return Path(os.environ.get("PRUNER_CACHE", "~/.cache/pruner")).expanduser() / "summaries.sqlite"
+    return default_cache_dir().expanduser() / "summaries.sqlite"
 
 
 # ---------------------------------------------------------------------------- the summarizer
@@ -300,21 +299,7 @@ class OpenAISummarizer:
         self.cache = SummaryCache(cache) if isinstance(cache, str | Path) else cache
 
     def _body(self, texts: Sequence[str], mode: str) -> dict:
-        body = dict(
-            model=self.model,
-            messages=summary_messages(texts),
-            temperature=0.0,
-            max_tokens=self.endpoint.s.max_tokens,
-        )
-        schema = summary_schema(len(texts))
-        if mode in ("auto", "json_schema"):
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "summaries", "schema": schema},
-            }
-        elif mode in ("json_object", "auto_json_object"):
-            body["response_format"] = {"type": "json_object", "schema": schema}
-        return body
+        return self.endpoint.chat_body(summary_messages(texts), summary_schema(len(texts)), "summaries", mode)
 
     def summarize(self, texts: Sequence[str], timeout: float | None = None) -> SummaryBatch:
         from pruner_model.core.chat import TransportError

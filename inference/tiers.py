@@ -21,13 +21,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+import numpy as np
 from pruner_model.inference.results import (
     PassageResult,
     PruneResult,
     Span,
     SummaryPart,
     SummaryStats,
+    join_pieces,
 )
+from pruner_model.inference.selection import merge_spans
 from pruner_model.inference.settings import SelectionParams
 from pruner_model.inference.summarize import SUMMARY_MARK, Summarizer, grounded, missing_facts
 
@@ -69,6 +72,8 @@ def summarize_results(
     batch = summarizer.summarize(texts, timeout=timeout) if texts else None
     summaries = dict(zip(((ri, pi, a) for ri, pi, a, _ in todo), batch.summaries if batch else []))
     seconds = time.perf_counter() - t0
+    # whole-number counts (cache hits, requests) go to the first tiered result; cost and time are shared
+    first = next((k for k, p in enumerate(params) if p.summarize), None)
     out = []
     for ri, (r, p) in enumerate(zip(results, params)):
         if not p.summarize:
@@ -77,8 +82,8 @@ def summarize_results(
         mine = sum(1 for t in todo if t[0] == ri)
         share = mine / len(todo) if todo else 0.0
         shared = SummaryStats(
-            cache_hits=0,
-            calls=0,
+            cache_hits=batch.cache_hits if batch and ri == first else 0,
+            calls=batch.calls if batch and ri == first else 0,
             cost=batch.cost * share if batch else 0.0,
             seconds=seconds * share,
             error=batch.error if batch and mine else None,
@@ -86,14 +91,6 @@ def summarize_results(
         out.append(
             assemble(r, p, {(pi, a): s for (i, pi, a), s in summaries.items() if i == ri}, count, shared)
         )
-    if batch is not None:  # cache hits and calls are whole numbers: the first tiered result carries them
-        first = next((k for k, p in enumerate(params) if p.summarize), None)
-        if first is not None:
-            s = out[first].stats
-            out[first] = replace(
-                out[first],
-                stats=replace(s, summary=replace(s.summary, cache_hits=batch.cache_hits, calls=batch.calls)),
-            )
     return out
 
 
@@ -149,31 +146,30 @@ def assemble(
         result,
         params,
         tuple(passages),
-        SummaryStats(**acc, cost=spend.cost, seconds=spend.seconds, error=spend.error),
+        replace(spend, **acc),
     )
 
 
 def _rebuilt(p: PassageResult, sentences, parts: tuple[SummaryPart, ...]) -> PassageResult:
-    """The passage's spans (kept units merged) and text: verbatim spans and marked summaries in
-    document order, joined by a newline where the original gap had one, else a space."""
-    spans: list[Span] = []
-    for s in sentences:  # adjacent kept units merge, as the plain pruner's spans do
-        if not s.kept:
-            continue
-        if spans and s.index > 0 and sentences[s.index - 1].kept:
-            spans[-1] = Span(spans[-1].start, s.end, max(spans[-1].score, s.score))
-        else:
-            spans.append(Span(s.start, s.end, s.score))
+    """The passage's spans (kept units merged, as the plain pruner's are) and text: verbatim spans
+    and marked summaries in document order."""
+    spans = merge_spans(
+        np.array([s.start for s in sentences], dtype=np.int64),
+        np.array([s.end for s in sentences], dtype=np.int64),
+        np.array([s.score for s in sentences]),
+        np.array([s.kept for s in sentences], dtype=bool),
+    )
     pieces = sorted(
-        [(sp.start, sp.end, p.source_text[sp.start : sp.end]) for sp in spans]
+        [(a, b, p.source_text[a:b]) for a, b, _ in spans]
         + [(part.start, part.end, SUMMARY_MARK + part.text) for part in parts]
     )
-    text = []
-    for k, (start, _, piece) in enumerate(pieces):
-        if k:
-            text.append("\n" if "\n" in p.source_text[pieces[k - 1][1] : start] else " ")
-        text.append(piece)
-    return replace(p, text="".join(text), spans=tuple(spans), sentences=sentences, summaries=parts)
+    return replace(
+        p,
+        text=join_pieces(p.source_text, pieces),
+        spans=tuple(Span(*sp) for sp in spans),
+        sentences=sentences,
+        summaries=parts,
+    )
 
 
 def _with_stats(result: PruneResult, params: SelectionParams, passages, summary: SummaryStats) -> PruneResult:
