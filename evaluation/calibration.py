@@ -26,13 +26,26 @@ def calibrate_threshold(groups: list[ScoredGroup], target: float, confidence: fl
 
 
 def slices_threshold(
-    slices: list[list[ScoredGroup]], target: float, confidence: float | None = None
+    slices: list[list[ScoredGroup]],
+    target: float,
+    confidence: float | None = None,
+    tolerance: float = 0.0,
 ) -> float:
     """The highest threshold whose evidence preserved is ``>= target`` on every slice: the lowest
     of the slices' own (:func:`calibrate_threshold`, with ``confidence`` for each slice's size);
-    slices without evidence set none."""
-    own = [calibrate_threshold(gs, target, confidence) for gs in slices if any(g.has_evidence for g in gs)]
-    return min(own) if own else calibrate_threshold([], target)
+    slices without evidence set none.
+
+    With ``tolerance`` each slice need only keep ``target - tolerance``, while all slices pooled
+    keep ``target``: the slice whose answers are hardest to find no longer sets the threshold for
+    all the others by itself.
+    """
+    live = [gs for gs in slices if any(g.has_evidence for g in gs)]
+    if not live:
+        return calibrate_threshold([], target)
+    own = [calibrate_threshold(gs, target - tolerance, confidence) for gs in live]
+    if tolerance > 0:
+        own.append(calibrate_threshold([g for gs in live for g in gs], target, confidence))
+    return min(own)
 
 
 def cross_validate(
@@ -42,6 +55,7 @@ def cross_validate(
     folds: int = 5,
     seed: int = 0,
     confidence: float | None = None,
+    tolerance: float = 0.0,
 ) -> dict:
     """Evidence preserved and compression of a calibrated threshold on groups it was not calibrated
     on: ``folds``-fold cross-validation (threshold calibrated on the other folds, measured on the
@@ -66,7 +80,7 @@ def cross_validate(
     kept_masks: list[np.ndarray] = []
     for f in range(folds):
         rest = [[g for g, a in zip(gs, asg) if a != f] for gs, asg in zip(rel, assign)]
-        t = slices_threshold(rest, target, confidence)
+        t = slices_threshold(rest, target, confidence, tolerance)
         for gs, asg in zip(rel, assign):
             for i in np.flatnonzero(asg == f):
                 pooled.append(gs[i])
@@ -82,6 +96,7 @@ def calibrate_operating_point(
     folds: int = 0,
     exponents: list[float] | tuple[float, ...] = (0.0,),
     confidence: float | None = None,
+    tolerance: float = 0.0,
 ) -> tuple[float | None, float, dict]:
     """The ``(relative_floor, threshold)`` pair, among ``floors`` (None = absolute scores), with the
     highest compression at evidence preserved ``>= target``; also its metrics on ``groups``.
@@ -101,6 +116,7 @@ def calibrate_operating_point(
     of them): each candidate's threshold is then the one that meets the target on every slice
     (:func:`slices_threshold`), candidates are compared by the compression of all slices' groups
     at that threshold, and ``metrics["slice_thresholds"]`` holds the chosen candidate's per slice.
+    ``tolerance``: each slice need only keep ``target - tolerance`` (:func:`slices_threshold`).
     """
     if not floors:
         raise ValueError("floors must name at least one candidate (None = absolute scores)")
@@ -115,12 +131,14 @@ def calibrate_operating_point(
         weighted = {k: weighted_groups(gs, exponent) for k, gs in named.items()}
         for floor in floors:
             rel = {k: relative_groups(gs, floor) for k, gs in weighted.items()}
-            t = slices_threshold(list(rel.values()), target, confidence)
+            t = slices_threshold(list(rel.values()), target, confidence, tolerance)
             m = metrics_at([g for gs in rel.values() for g in gs], t)
             row = {"relevance_exponent": exponent, "relative_floor": floor, "threshold": t}
             row["compression"] = m["compression"]
             if use_cv:  # rel is already relative to ``floor``
-                cv = cross_validate(list(rel.values()), target, None, folds, confidence=confidence)
+                cv = cross_validate(
+                    list(rel.values()), target, None, folds, confidence=confidence, tolerance=tolerance
+                )
                 row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
             table.append(row)
             score = row["cv_compression"] if use_cv else row["compression"]

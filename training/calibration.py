@@ -79,7 +79,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     # exponent whose such threshold compresses the most
     slices = {"as_is": scored, **shifted} if shifted else scored
     mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
-        slices, aim, floors, c.folds, exponents, c.confidence
+        slices, aim, floors, c.folds, exponents, c.confidence, c.slice_tolerance
     )
     mc.relevance_exponent = chosen["relevance_exponent"]
     mc.target_evidence = c.target_evidence

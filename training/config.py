@@ -180,6 +180,10 @@ class CalibrationSection:
     # the slice has: small slices (a few hundred low-overlap questions) get more headroom than large
     # ones. null = the threshold that meets the target on the calibration queries themselves
     confidence: float | None = None
+    # each shifted or source slice need only keep target_evidence - slice_tolerance (all of them
+    # pooled still keep the target): 0 = every slice keeps the target, so the slice whose answers
+    # are hardest to find sets the threshold for all the others
+    slice_tolerance: float = 0.0
     # shifted versions of the calibration groups (pruner_model.evaluation.shifts: mined, low_overlap, noisy,
     # or shifts joined by "+", e.g. mined+noisy) scored beside them: floor and exponent are chosen
     # on all of them pooled, and the threshold is the lowest that meets the target on each, so the
@@ -209,6 +213,8 @@ class CalibrationSection:
             self.bf16 = "yes" if self.bf16 else "no"
         if self.bf16 not in ("auto", "yes", "no"):
             raise ConfigError(f"calibration.bf16 must be auto, yes or no, got {self.bf16!r}")
+        if not 0.0 <= self.slice_tolerance < 0.5:
+            raise ConfigError(f"calibration.slice_tolerance must be in [0, 0.5), got {self.slice_tolerance}")
         if not 0.0 <= self.uncertain_share < 1.0:
             raise ConfigError(f"calibration.uncertain_share must be in [0, 1), got {self.uncertain_share}")
         if self.summary_target is not None and not 0.0 < self.summary_target <= 1.0:

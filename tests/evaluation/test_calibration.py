@@ -117,3 +117,24 @@ def test_relevance_exponent_is_chosen_when_the_relevance_head_separates():
         )
     with pytest.raises(ConfigError, match="relevance_exponents"):
         load_config(None, ["calibration.relevance_exponents=[-1]"])
+
+
+def test_slice_tolerance_lets_the_pool_not_the_hardest_slice_set_the_threshold():
+    # slice "easy": every critical score high; slice "hard": one query in ten has its evidence at
+    # 0.05. At target 0.95 with no tolerance the hard slice alone sets 0.05; with tolerance 0.1 the
+    # hard slice may keep 0.9 and the pool must keep 0.95, so the threshold rises.
+    tok = np.array([10, 10])
+    easy = [ScoredGroup(np.array([0.8, 0.1]), np.array([True, False]), tok) for _ in range(30)]
+    hard = [ScoredGroup(np.array([0.05 if i == 0 else 0.6, 0.1]), np.array([True, False]), tok) for i in range(10)]
+    slices = {"easy": easy, "hard": hard}
+    _, strict, _ = calibrate_operating_point(slices, 0.95, [None])
+    assert strict == pytest.approx(0.05)
+    _, loose, m = calibrate_operating_point(slices, 0.95, [None], tolerance=0.1)
+    assert loose == pytest.approx(0.6)
+    assert metrics_at(hard, loose)["evidence_preserved"] == pytest.approx(0.9)
+    assert m["evidence_preserved"] >= 0.95  # the pool keeps the target
+    # a tolerance the pool cannot afford does not lower what each slice keeps below target - tolerance
+    _, t, _ = calibrate_operating_point({"hard": hard}, 0.95, [None], tolerance=0.1)
+    assert t == pytest.approx(0.05)  # alone, the hard slice is the pool: it must keep 0.95
+    with pytest.raises(ConfigError, match="slice_tolerance"):
+        load_config(None, ["calibration.slice_tolerance=0.7"])
