@@ -43,6 +43,9 @@ class PrunerConfig(PreTrainedConfig):
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
     # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
     relevance_prior: float = 0.2  # likewise for the relevance head
+    relevance_pooling: str = "cls"  # what the relevance head reads: "cls", the first token's state;
+    # "mean", the mean state of the window's tokens (the pooling sentence-transformers encoders such
+    # as all-MiniLM-L6-v2 were trained with, so passage similarity is there from the first step)
     query_interaction: bool = True  # token head also sees token ⊙ mean query state (learns much faster)
     sep_token_id: int | None = None  # the first separator ends the query (for the interaction feature)
     query_match: bool = False  # add a learned embedding to every context token whose id also occurs
@@ -85,6 +88,8 @@ class PrunerConfig(PreTrainedConfig):
             raise ValueError(f"max_query_length must be >= 1, got {self.max_query_length}")
         if not 0.0 <= self.head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+        if self.relevance_pooling not in ("cls", "mean"):
+            raise ValueError(f"relevance_pooling must be 'cls' or 'mean', got {self.relevance_pooling!r}")
         for name in ("relevance_loss_weight", "sentence_loss_weight", "passage_loss_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

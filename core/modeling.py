@@ -97,7 +97,7 @@ class PrunerModel(PreTrainedModel):
         if self.config.query_interaction:
             features = torch.cat([hidden, hidden * self._query_state(input_ids, hidden)], dim=-1)
         token_logits = self.token_head(features).squeeze(-1)  # [batch, seq]
-        relevance_logits = self.relevance_head(hidden[:, 0]).squeeze(-1)  # [batch]
+        relevance_logits = self.relevance_head(self._pooled(hidden, attention_mask)).squeeze(-1)  # [batch]
         loss = None
         if labels is not None or relevance_labels is not None:
             loss = self.compute_loss(
@@ -125,6 +125,16 @@ class PrunerModel(PreTrainedModel):
         ):
             out = self(**inputs)
         return out.token_logits.float().cpu().numpy(), out.relevance_logits.float().cpu().numpy()
+
+    def _pooled(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """What the relevance head reads (``config.relevance_pooling``): the first token's state, or
+        the mean state of the window's tokens (padding excluded). [batch, hidden]"""
+        if getattr(self.config, "relevance_pooling", "cls") != "mean":
+            return hidden[:, 0]
+        if attention_mask is None:
+            return hidden.mean(dim=1)
+        mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # [batch, seq, 1]
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
     def _query_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Query tokens: after the first token, before the first separator. [batch, seq] bool."""

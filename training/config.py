@@ -30,6 +30,7 @@ MODEL_OVERRIDES = (
     "sentence_loss_weight",
     "passage_loss_weight",
     "query_match",
+    "relevance_pooling",
 )
 
 
@@ -48,6 +49,7 @@ class ModelSection:
     passage_loss_weight: float | None = None  # passage ranking loss: the answer's passage above the
     # others of its query (needs train.group_batches); 0 = relevance BCE only
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
+    relevance_pooling: str | None = None  # "cls" (default) or "mean": what the relevance head reads
 
     def overrides(self) -> dict:
         """The PrunerConfig fields this section sets."""

@@ -159,3 +159,19 @@ def test_query_match_marks_context_tokens_that_occur_in_the_query():
         model.match_embedding.weight[1].normal_()  # (a constant shift would vanish in LayerNorm)
         c = model(input_ids=ids).token_logits
     assert not torch.allclose(a, c)
+
+
+def test_mean_pooled_relevance_ignores_padding():
+    torch.manual_seed(0)
+    model = PrunerModel(tiny_config("bert", relevance_pooling="mean")).eval()
+    ids = torch.tensor([[101, 2054, 102, 2003, 1996, 102]])
+    alone = model(input_ids=ids, attention_mask=torch.ones_like(ids)).relevance_logits
+    padded_ids = torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    mask = torch.cat([torch.ones_like(ids), torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    padded = model(input_ids=padded_ids, attention_mask=mask).relevance_logits
+    assert torch.allclose(alone, padded, atol=1e-5)
+    cls = PrunerModel(tiny_config("bert")).eval()
+    cls.load_state_dict(model.state_dict())
+    assert not torch.allclose(cls(input_ids=ids).relevance_logits, alone)  # the option changes what is read
+    with pytest.raises(ValueError, match="relevance_pooling"):
+        PrunerConfig(relevance_pooling="max")

@@ -125,7 +125,9 @@ def test_slice_tolerance_lets_the_pool_not_the_hardest_slice_set_the_threshold()
     # hard slice may keep 0.9 and the pool must keep 0.95, so the threshold rises.
     tok = np.array([10, 10])
     easy = [ScoredGroup(np.array([0.8, 0.1]), np.array([True, False]), tok) for _ in range(30)]
-    hard = [ScoredGroup(np.array([0.05 if i == 0 else 0.6, 0.1]), np.array([True, False]), tok) for i in range(10)]
+    hard = [
+        ScoredGroup(np.array([0.05 if i == 0 else 0.6, 0.1]), np.array([True, False]), tok) for i in range(10)
+    ]
     slices = {"easy": easy, "hard": hard}
     _, strict, _ = calibrate_operating_point(slices, 0.95, [None])
     assert strict == pytest.approx(0.05)

@@ -152,16 +152,18 @@ def test_cli_export_and_errors(tmp_path, tiny_checkpoint, capsys):
     )
 
 
-def test_query_match_model_exports_and_matches_torch(tmp_path, bert_tokenizer):
+@pytest.mark.parametrize("option", [{"query_match": True}, {"relevance_pooling": "mean"}])
+def test_model_options_export_and_match_torch(tmp_path, bert_tokenizer, option):
     import torch
 
     from pruner_model import PrunerModel
     from tests.conftest import tiny_config
 
     torch.manual_seed(0)
-    model = PrunerModel(tiny_config("bert", query_match=True)).eval()
-    with torch.no_grad():
-        model.match_embedding.weight.normal_()  # an untrained (zero) embedding would prove nothing
+    model = PrunerModel(tiny_config("bert", **option)).eval()
+    if model.match_embedding is not None:
+        with torch.no_grad():
+            model.match_embedding.weight.normal_()  # an untrained (zero) embedding would prove nothing
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
     bert_tokenizer.save_pretrained(ckpt)
@@ -169,9 +171,10 @@ def test_query_match_model_exports_and_matches_torch(tmp_path, bert_tokenizer):
     assert report["fp32_ok"], report
     torch_pruner = ContextPruner.from_pretrained(ckpt)
     onnx_pruner = ContextPruner.from_pretrained(tmp_path / "onnx")
-    a = torch_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
-    b = onnx_pruner.score("Who built the Eiffel Tower?", PASSAGES).sentence_scores
-    assert all(np.allclose(x, y, atol=1e-4) for x, y in zip(a, b))
+    a = torch_pruner.score("Who built the Eiffel Tower?", PASSAGES)
+    b = onnx_pruner.score("Who built the Eiffel Tower?", PASSAGES)
+    assert all(np.allclose(x, y, atol=1e-4) for x, y in zip(a.sentence_scores, b.sentence_scores))
+    assert np.allclose(a.relevance, b.relevance, atol=1e-4)
 
 
 def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monkeypatch, capsys):
