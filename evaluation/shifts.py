@@ -115,6 +115,7 @@ def mined(
         has_gold = rng.random() >= no_gold or len(near) <= nearest
         members = ([pids[gi]] if has_gold else [near[nearest]]) + near[:nearest] + others[:random_k]
         rng.shuffle(members)
+        role = {p: "random" for p in others[:random_k]} | {p: "mined" for p in near} | {pids[gi]: "gold"}
         for p in members:
             src = paragraphs[p]
             out.append(
@@ -125,7 +126,7 @@ def mined(
                     "context": src["context"],
                     "relevant_spans": _answer_spans(gold) if p == pids[gi] else [],
                     "source": "shift:mined",
-                    "meta": {"group": gid},
+                    "meta": {"group": gid, "role": role[p]},
                 }
             )
     return out

@@ -82,6 +82,10 @@ def test_slices_are_what_they_say():
         for r in rs:
             if r["relevant_spans"]:
                 assert r["id"] == f"{gid}/src:{gid[1:]}:0"
+            # each passage says what it is, so per-role numbers work on the slice
+            assert r["meta"]["role"] == ("gold" if r["relevant_spans"] else r["meta"]["role"])
+            assert r["meta"]["role"] in {"gold", "mined", "random"}
+        assert sum(r["meta"]["role"] == "gold" for r in rs) <= 1
     from pruner_model.evaluation.retrieval import TfidfIndex
 
     index = TfidfIndex(
