@@ -56,21 +56,18 @@ def measure(
 
 
 def markdown(results: dict) -> str:
+    from pruner_model.evaluation.sources import promise_text
+
     lines = [
         "| config | split | groups | comp. at 95% kept | at 97% | best F1 | kept at its threshold "
-        "[95% interval], verdict | comp. there | random passages' tokens kept at 95% | gold first "
+        "[95% interval] verdict | comp. there | random passages' tokens kept at 95% | gold first "
         "| gold > random |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config, rows in results.items():
         for split, m in rows.items():
             at = m.get("at_checkpoint_threshold")
-            promise = (
-                f"{at['evidence_preserved']:.3f} [{at['promise']['interval'][0]:.3f}, "
-                f"{at['promise']['interval'][1]:.3f}], {at['promise']['verdict']}"
-                if at
-                else "– (passage labels only)"
-            )
+            promise = promise_text(at)
             r = m["ranking"]
             random = (m.get("tokens_kept_at_0.95") or {}).get("random")
             lines.append(

@@ -161,6 +161,14 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.1f}"
 
 
+def promise_text(at: dict | None) -> str:
+    """``kept [low, high] verdict`` of a source's ``at_checkpoint_threshold`` numbers."""
+    if not at:
+        return "– (passage labels only)"
+    low, high = at["promise"]["interval"]
+    return f"{at['evidence_preserved']:.3f} [{low:.3f}, {high:.3f}] {at['promise']['verdict']}"
+
+
 def sources_markdown(by_source: dict) -> str:
     """Two tables: compression and promise per source; where the kept tokens go, and ranking."""
     lines = [
@@ -170,12 +178,7 @@ def sources_markdown(by_source: dict) -> str:
     ]
     for src, m in by_source.items():
         at = m.get("at_checkpoint_threshold")
-        promise = (
-            f"{at['evidence_preserved']:.3f} [{at['promise']['interval'][0]:.3f}, "
-            f"{at['promise']['interval'][1]:.3f}] {at['promise']['verdict']}"
-            if at
-            else "– (passage labels only)"
-        )
+        promise = promise_text(at)
         lines.append(
             f"| {src} | {m['groups']} | {_pct(m.get('compression_at_0.95'))} | "
             f"{_pct(m.get('compression_at_0.97'))} | {_pct(m.get('best_f1'))} | {promise} | "
