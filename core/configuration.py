@@ -37,6 +37,10 @@ class PrunerConfig(PreTrainedConfig):
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
     sentence_loss_weight: float = 0.0  # weight of the sentence ranking loss (training only: each
     # relevant sentence of a window against that window's other sentences, on mean token logits)
+    sentence_ranking_scope: str = "group"  # whom the sentence ranking loss ranks a relevant sentence
+    # against: "group", the irrelevant sentences of its own query's windows (its window alone
+    # without train.group_batches); "batch", those of every window in the batch, other queries'
+    # included: one score scale across queries, which a single keep threshold acts on
     passage_loss_weight: float = 0.0  # weight of the passage ranking loss (training only, with
     # whole query groups per batch: the relevant windows of a query against all of its windows,
     # a softmax over relevance logits, as rerankers learn from retrieved hard negatives)
@@ -90,6 +94,10 @@ class PrunerConfig(PreTrainedConfig):
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
         if self.relevance_pooling not in ("cls", "mean"):
             raise ValueError(f"relevance_pooling must be 'cls' or 'mean', got {self.relevance_pooling!r}")
+        if self.sentence_ranking_scope not in ("group", "batch"):
+            raise ValueError(
+                f"sentence_ranking_scope must be 'group' or 'batch', got {self.sentence_ranking_scope!r}"
+            )
         for name in ("relevance_loss_weight", "sentence_loss_weight", "passage_loss_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

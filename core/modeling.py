@@ -182,8 +182,11 @@ class PrunerModel(PreTrainedModel):
                     token_logits[mask].float(), labels[mask].float()
                 )
             if sentence_ids is not None and self.config.sentence_loss_weight > 0:
+                scope = groups
+                if getattr(self.config, "sentence_ranking_scope", "group") == "batch":
+                    scope = torch.zeros(labels.shape[0], dtype=torch.long, device=labels.device)
                 loss = loss + self.config.sentence_loss_weight * sentence_ranking_loss(
-                    token_logits, labels, sentence_ids, groups
+                    token_logits, labels, sentence_ids, scope
                 )
         if relevance_labels is not None and self.config.relevance_loss_weight > 0:
             loss = loss + self.config.relevance_loss_weight * nn.functional.binary_cross_entropy_with_logits(

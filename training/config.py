@@ -29,6 +29,7 @@ MODEL_OVERRIDES = (
     "relevance_loss_weight",
     "sentence_loss_weight",
     "passage_loss_weight",
+    "sentence_ranking_scope",
     "query_match",
     "relevance_pooling",
 )
@@ -46,6 +47,8 @@ class ModelSection:
     relevance_loss_weight: float | None = None  # the relevance head also feeds the passage gate
     sentence_loss_weight: float | None = None  # sentence ranking loss: relevant sentences above their
     # passage neighbours (the errors that cost most compression); 0 = token BCE only
+    sentence_ranking_scope: str | None = None  # "group" (default) or "batch": rank answer sentences
+    # against their own query's other sentences, or against every sentence of the batch
     passage_loss_weight: float | None = None  # passage ranking loss: the answer's passage above the
     # others of its query (needs train.group_batches); 0 = relevance BCE only
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query

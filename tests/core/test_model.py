@@ -108,6 +108,27 @@ def test_sentence_ranking_loss_pools_negatives_of_a_group():
     assert lone.item() == 0.0
 
 
+def test_batch_ranking_scope_ranks_answers_against_other_queries_sentences(tiny_model):
+    from pruner_model.core.modeling import sentence_ranking_loss
+
+    # row 0: query A's answer passage; row 1: a passage of query B scored high for B
+    z = torch.tensor([[2.0, 2.0, -1.0], [3.0, 3.0, -5.0]])
+    lab = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    sid = torch.tensor([[0, 0, 1], [0, 0, 1]])
+    groups = torch.tensor([0, 1])
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(z, lab.float())
+    tiny_model.config.sentence_loss_weight = 1.0
+    by_group = tiny_model.compute_loss(z, None, lab, None, sid, groups)
+    assert by_group.item() == pytest.approx((bce + sentence_ranking_loss(z, lab, sid, groups)).item(), abs=1e-6)
+    tiny_model.config.sentence_ranking_scope = "batch"
+    by_batch = tiny_model.compute_loss(z, None, lab, None, sid, groups)
+    neg = torch.logsumexp(torch.tensor([-1.0, 3.0, -5.0]), 0)  # query B's sentences count too
+    assert by_batch.item() == pytest.approx((bce + torch.nn.functional.softplus(neg - 2.0)).item(), abs=1e-6)
+    assert by_batch > by_group
+    with pytest.raises(ValueError, match="sentence_ranking_scope"):
+        PrunerConfig(sentence_ranking_scope="query")
+
+
 def test_doctests_of_the_core_modules():
     import doctest
 
