@@ -119,7 +119,9 @@ def test_batch_ranking_scope_ranks_answers_against_other_queries_sentences(tiny_
     bce = torch.nn.functional.binary_cross_entropy_with_logits(z, lab.float())
     tiny_model.config.sentence_loss_weight = 1.0
     by_group = tiny_model.compute_loss(z, None, lab, None, sid, groups)
-    assert by_group.item() == pytest.approx((bce + sentence_ranking_loss(z, lab, sid, groups)).item(), abs=1e-6)
+    assert by_group.item() == pytest.approx(
+        (bce + sentence_ranking_loss(z, lab, sid, groups)).item(), abs=1e-6
+    )
     tiny_model.config.sentence_ranking_scope = "batch"
     by_batch = tiny_model.compute_loss(z, None, lab, None, sid, groups)
     neg = torch.logsumexp(torch.tensor([-1.0, 3.0, -5.0]), 0)  # query B's sentences count too

@@ -1,0 +1,54 @@
+"""A checkpoint on the groups that choose training recipes, never reported on: groups 200-599 of
+each source's permutation in ``data/mix/calibration.jsonl`` and nyt groups 2000-2399 of
+``data/squad/dev.jsonl``. Per source: the share of questions whose gold passage the relevance head
+ranks first, compression at 95% and 97% of answers kept and the share of random and mined
+passages' tokens kept at 95%, all on one score rule (relevance^0.25, no floor) so that runs
+trained with calibration off compare with calibrated ones:
+
+    python experiments/selection_split.py --model runs/X
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pruner_model.core.records import read_jsonl
+from pruner_model.evaluation.calibration import calibrate_threshold
+from pruner_model.evaluation.evaluator import with_score_rules
+from pruner_model.evaluation.groups import load_range, records_by_source
+from pruner_model.evaluation.metrics import best_compression_at, sweep
+from pruner_model.evaluation.scorer import score_groups
+from pruner_model.evaluation.sources import passage_ranking, role_token_shares, with_roles
+
+from pruner_model import ContextPruner
+
+SPLITS = (("data/mix/calibration.jsonl", 200), ("data/squad/dev.jsonl", 2000))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--groups", type=int, default=400, help="groups per source")
+    p.add_argument("--exponent", type=float, default=0.25)
+    args = p.parse_args()
+    pruner = ContextPruner.from_pretrained(args.model, dtype="auto")
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    print("source | gold first | comp. at 95% | at 97% | random tokens at 95% | mined tokens at 95%")
+    for path, start in SPLITS:
+        for src, recs in sorted(records_by_source(with_roles(read_jsonl(path))).items()):
+            groups = load_range(recs, 0, start, start + args.groups)
+            raw = score_groups(pruner, groups).groups
+            row = [src, fmt(passage_ranking(groups, raw)["gold_first"])]
+            if any(g.has_evidence for g in raw):
+                scored = with_score_rules(raw, args.exponent, None)
+                curve = sweep(scored)
+                for target in (0.95, 0.97):
+                    best = best_compression_at(curve, target)
+                    row.append(fmt(best and best["compression"]))
+                shares = role_token_shares(groups, scored, calibrate_threshold(scored, 0.95))
+                row += [fmt(shares["random"]), fmt(shares["mined"])]
+            print(" | ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
