@@ -13,12 +13,10 @@ from __future__ import annotations
 import argparse
 
 from pruner_model.core.records import read_jsonl
-from pruner_model.evaluation.calibration import calibrate_threshold
 from pruner_model.evaluation.evaluator import with_score_rules
 from pruner_model.evaluation.groups import load_range, records_by_source
-from pruner_model.evaluation.metrics import best_compression_at, sweep
 from pruner_model.evaluation.scorer import score_groups
-from pruner_model.evaluation.sources import passage_ranking, role_token_shares, with_roles
+from pruner_model.evaluation.sources import source_metrics, with_roles
 
 from pruner_model import ContextPruner
 
@@ -38,14 +36,12 @@ def main() -> None:
         for src, recs in sorted(records_by_source(with_roles(read_jsonl(path))).items()):
             groups = load_range(recs, 0, start, start + args.groups)
             raw = score_groups(pruner, groups).groups
-            row = [src, fmt(passage_ranking(groups, raw)["gold_first"])]
-            if any(g.has_evidence for g in raw):
-                scored = with_score_rules(raw, args.exponent, None)
-                curve = sweep(scored)
-                for target in (0.95, 0.97):
-                    best = best_compression_at(curve, target)
-                    row.append(fmt(best and best["compression"]))
-                shares = role_token_shares(groups, scored, calibrate_threshold(scored, 0.95))
+            scored = with_score_rules(raw, args.exponent, None)
+            m = source_metrics(groups, scored, float(pruner.config.threshold), 0.95)
+            row = [src, fmt(m["ranking"]["gold_first"])]
+            if m["queries_with_evidence"]:
+                shares = m["tokens_kept_at_0.95"]
+                row += [fmt(m["compression_at_0.95"]), fmt(m["compression_at_0.97"])]
                 row += [fmt(shares["random"]), fmt(shares["mined"])]
             print(" | ".join(row), flush=True)
 
