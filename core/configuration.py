@@ -44,6 +44,12 @@ class PrunerConfig(PreTrainedConfig):
     passage_loss_weight: float = 0.0  # weight of the passage ranking loss (training only, with
     # whole query groups per batch: the relevant windows of a query against all of its windows,
     # a softmax over relevance logits, as rerankers learn from retrieved hard negatives)
+    relevance_distill_weight: float = 0.0  # weight of the passage relevance distillation loss
+    # (training only, with whole query groups per batch): the relevance logits of a query's windows
+    # are taught the bundled bi-encoder's ordering of its passages (core/biencoder.py), a
+    # similarity learned from many domains that the labeled groups alone do not teach
+    relevance_distill_temperature: float = 0.1  # the teacher's distribution over a query's
+    # windows is softmax(best sentence cosine / this)
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
     # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
     relevance_prior: float = 0.2  # likewise for the relevance head
@@ -98,7 +104,16 @@ class PrunerConfig(PreTrainedConfig):
             raise ValueError(
                 f"sentence_ranking_scope must be 'group' or 'batch', got {self.sentence_ranking_scope!r}"
             )
-        for name in ("relevance_loss_weight", "sentence_loss_weight", "passage_loss_weight"):
+        if not self.relevance_distill_temperature > 0:
+            raise ValueError(
+                f"relevance_distill_temperature must be > 0, got {self.relevance_distill_temperature}"
+            )
+        for name in (
+            "relevance_loss_weight",
+            "sentence_loss_weight",
+            "passage_loss_weight",
+            "relevance_distill_weight",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 

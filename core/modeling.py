@@ -82,6 +82,7 @@ class PrunerModel(PreTrainedModel):
         relevance_labels: torch.Tensor | None = None,
         sentence_ids: torch.LongTensor | None = None,
         groups: torch.LongTensor | None = None,
+        teacher_scores: torch.Tensor | None = None,
         **kwargs,
     ) -> PrunerOutput:
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -101,7 +102,7 @@ class PrunerModel(PreTrainedModel):
         loss = None
         if labels is not None or relevance_labels is not None:
             loss = self.compute_loss(
-                token_logits, relevance_logits, labels, relevance_labels, sentence_ids, groups
+                token_logits, relevance_logits, labels, relevance_labels, sentence_ids, groups, teacher_scores
             )
         return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
 
@@ -170,10 +171,13 @@ class PrunerModel(PreTrainedModel):
         relevance_labels=None,
         sentence_ids=None,
         groups=None,
+        teacher_scores=None,
     ):
         """Token BCE over context tokens (labels != -100) + weighted relevance BCE + weighted
         sentence ranking loss (when ``sentence_ids`` are given, see :func:`sentence_ranking_loss`;
-        ``groups``, the query group of each row, widens it to every window of the group)."""
+        ``groups``, the query group of each row, widens it to every window of the group) + the
+        weighted passage ranking and relevance distillation losses (with ``groups``; the latter
+        with ``teacher_scores``, see :func:`relevance_distillation_loss`)."""
         loss = token_logits.new_zeros(())
         if labels is not None:
             mask = labels != IGNORE_INDEX
@@ -195,6 +199,11 @@ class PrunerModel(PreTrainedModel):
         weight = getattr(self.config, "passage_loss_weight", 0.0)
         if relevance_labels is not None and groups is not None and weight > 0:
             loss = loss + weight * passage_ranking_loss(relevance_logits, relevance_labels, groups)
+        weight = getattr(self.config, "relevance_distill_weight", 0.0)
+        if teacher_scores is not None and groups is not None and weight > 0:
+            loss = loss + weight * relevance_distillation_loss(
+                relevance_logits, teacher_scores / self.config.relevance_distill_temperature, groups
+            )
         return loss
 
     @classmethod
@@ -307,6 +316,36 @@ def passage_ranking_loss(
     per = (all_lse - pos_lse)[rows]
     n_pos = (same & pos.view(1, -1)).sum(dim=1)[rows].float()  # each group counts once
     return (per / n_pos).sum() / (1.0 / n_pos).sum()
+
+
+def relevance_distillation_loss(
+    relevance_logits: torch.Tensor, teacher_logits: torch.Tensor, groups: torch.Tensor
+) -> torch.Tensor:
+    """Cross-entropy of the student's distribution over each query group's windows
+    (``softmax(relevance_logits)`` within the group) against the teacher's
+    (``softmax(teacher_logits)``), averaged over the groups with two windows or more (0 when none
+    has). The student learns the teacher's ordering of the passages a query was retrieved with;
+    the relevance BCE keeps its scale.
+
+    >>> z = torch.tensor([0.0, 0.0, 5.0])
+    >>> t = torch.tensor([1.0, 1.0, 0.0])
+    >>> g = torch.tensor([0, 0, 1])  # group 1 has one window: left out
+    >>> round(float(relevance_distillation_loss(z, t, g)), 4)  # uniform student: log 2
+    0.6931
+    """
+    z = relevance_logits.float()
+    t = teacher_logits.float().to(z.device)
+    same = groups.view(-1, 1) == groups.view(1, -1)  # [B, B]: row i's group members
+    log_q = z.view(1, -1) - torch.logsumexp(
+        z.view(1, -1).masked_fill(~same, float("-inf")), dim=1, keepdim=True
+    )
+    p = torch.softmax(t.view(1, -1).masked_fill(~same, float("-inf")), dim=1)  # [B, B]
+    per = -(p * log_q.masked_fill(~same, 0.0)).sum(dim=1)  # row i: its group's cross-entropy
+    size = same.sum(dim=1).float()
+    rows = size > 1
+    if not rows.any():
+        return z.new_zeros(())
+    return (per[rows] / size[rows]).sum() / (1.0 / size[rows]).sum()  # each group counts once
 
 
 def _build_encoder(config: PrunerConfig):

@@ -91,35 +91,15 @@ def bm25_scores(groups: list[LabeledGroup], progress=None) -> Scores:
 
 
 @baseline("biencoder", "biencoder_cosine")
-def biencoder_scores(groups: list[LabeledGroup], progress=None, batch_size: int = 64) -> Scores:
+def biencoder_scores(groups: list[LabeledGroup], progress=None, batch_size: int = 128) -> Scores:
     """Cosine similarity of mean-pooled all-MiniLM-L6-v2 embeddings, mapped to [0, 1]."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
+    from pruner_model.core.biencoder import BiEncoder
 
-    from pruner_model import default_backbone_path
-
-    path = str(default_backbone_path())
-    tok = AutoTokenizer.from_pretrained(path)
-    enc = AutoModel.from_pretrained(path).eval()
-
-    @torch.no_grad()
-    def embed(texts: list[str]) -> np.ndarray:
-        vecs = []
-        for i in range(0, len(texts), batch_size):
-            b = tok(
-                texts[i : i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
-            )
-            h = enc(**b).last_hidden_state
-            m = b["attention_mask"].unsqueeze(-1).float()
-            v = (h * m).sum(1) / m.sum(1).clamp(min=1)
-            vecs.append(torch.nn.functional.normalize(v, dim=-1).numpy())
-        return np.concatenate(vecs) if vecs else np.zeros((0, 1))
-
+    enc = BiEncoder(batch_size=batch_size)
     out = []
     for g in groups:
         texts = [p["text"][u.start : u.end] for p, us in zip(g.passages, g.units) for u in us]
-        e = embed([g.query, *texts])
-        cos = (e[1:] @ e[0] + 1) / 2 if len(texts) else np.zeros(0)
+        cos = (enc.sentence_cosines([g.query], [texts])[0] + 1) / 2
         sizes = np.cumsum([len(us) for us in g.units])[:-1]
         out.append(list(np.split(cos, sizes)))
         if progress is not None:

@@ -29,6 +29,8 @@ MODEL_OVERRIDES = (
     "relevance_loss_weight",
     "sentence_loss_weight",
     "passage_loss_weight",
+    "relevance_distill_weight",
+    "relevance_distill_temperature",
     "sentence_ranking_scope",
     "query_match",
     "relevance_pooling",
@@ -51,6 +53,9 @@ class ModelSection:
     # against their own query's other sentences, or against every sentence of the batch
     passage_loss_weight: float | None = None  # passage ranking loss: the answer's passage above the
     # others of its query (needs train.group_batches); 0 = relevance BCE only
+    relevance_distill_weight: float | None = None  # teach the relevance head the bundled
+    # bi-encoder's ordering of each query's passages (needs train.group_batches); 0 = off
+    relevance_distill_temperature: float | None = None  # teacher: softmax(best sentence cosine / this)
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
     relevance_pooling: str | None = None  # "cls" (default) or "mean": what the relevance head reads
 
@@ -318,6 +323,12 @@ class TrainConfig:
             raise ConfigError("train.warmup_ratio must be in [0, 1)")
         if t.max_steps is None and t.epochs <= 0:
             raise ConfigError("train.epochs must be > 0 (or set train.max_steps)")
+        m = self.model
+        for name in ("passage_loss_weight", "relevance_distill_weight"):
+            if (getattr(m, name) or 0) > 0 and not t.group_batches:
+                raise ConfigError(
+                    f"model.{name} ranks a query's passages together: set train.group_batches: true"
+                )
         d = self.data
         if d.report_dev_start is not None and d.report_dev_start < (d.calibration_dev_groups or 0):
             raise ConfigError(

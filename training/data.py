@@ -165,10 +165,12 @@ def tokenize_records(
     max_query_length: int,
     report: DataReport | None = None,
     batch_size: int = 256,
+    teacher: np.ndarray | None = None,
 ):
     """A ``datasets.Dataset`` of windows: model inputs, ``labels``, ``relevance``, ``record``,
     ``group`` (index of the record's query group) and ``sentence_ids`` (the sentence each token
-    falls in, -1 off the context: the units inference scores, for the sentence ranking loss)."""
+    falls in, -1 off the context: the units inference scores, for the sentence ranking loss); with
+    ``teacher`` (one score per record), a ``teacher`` column: each window its record's score."""
     from datasets import Dataset, Features, Sequence, Value
 
     gids: dict[str, int] = {}
@@ -179,6 +181,7 @@ def tokenize_records(
             {"query": r["query"], "context": r["context"], "relevant_spans": r["relevant_spans"]}
             | {"record": i, "group": gids[group_of(r)]}
             | {"passage_only": bool((r.get("meta") or {}).get("passage_only"))}
+            | ({} if teacher is None else {"teacher": float(teacher[i])})
             for i, r in enumerate(records)
         ]
     )
@@ -196,6 +199,8 @@ def tokenize_records(
         ]
         out["record"] = [batch["record"][p] for p in w.pair_index]
         out["group"] = [batch["group"][p] for p in w.pair_index]
+        if "teacher" in batch:
+            out["teacher"] = [batch["teacher"][p] for p in w.pair_index]
         bounds = [unit_bounds(segment(context)) for context in batch["context"]]
         out["sentence_ids"] = [  # -1 in passage-only rows: their sentences are no one's negatives
             (np.full(len(off), -1) if o else token_to_sentence(off[:, 0], *bounds[p])).tolist()
@@ -235,7 +240,7 @@ def tokenize_records(
 
 
 def _scalar(name: str) -> str:
-    return "float32" if name == "relevance" else "int64"
+    return "float32" if name in ("relevance", "teacher") else "int64"
 
 
 def window_lengths(ds) -> np.ndarray:
@@ -350,4 +355,6 @@ class Collator:
         out["relevance_labels"] = torch.tensor([r["relevance"] for r in rows], dtype=torch.float32)
         if self.groups:
             out["groups"] = torch.tensor([r["group"] for r in rows], dtype=torch.int64)
+        if "teacher" in rows[0]:
+            out["teacher_scores"] = torch.tensor([r["teacher"] for r in rows], dtype=torch.float32)
         return out

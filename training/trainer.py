@@ -165,8 +165,15 @@ class Trainer:
             raise ValueError("no training records left after validation")
         if d.noise_augment:
             train_records = augment_noise(train_records, d.noise_augment, d.seed)
+        teacher = self._teacher_scores(train_records) if mc.relevance_distill_weight > 0 else None
         self.train_ds = tokenize_records(
-            train_records, self.tokenizer, mc.max_length, mc.stride, mc.max_query_length, train_report
+            train_records,
+            self.tokenizer,
+            mc.max_length,
+            mc.stride,
+            mc.max_query_length,
+            train_report,
+            teacher=teacher,
         )
         self.dev_records = dev_records
         eval_groups = load_range(
@@ -180,6 +187,28 @@ class Trainer:
             )
             logger.info(train_report.line("train"))
             logger.info(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
+
+    def _teacher_scores(self, records: list[dict]):
+        """The bundled bi-encoder's passage score (best sentence cosine) of every training record:
+        the relevance distillation teacher (``model.relevance_distill_weight``)."""
+        from pruner_model.core.biencoder import BiEncoder, passage_cosines
+
+        t0 = time.perf_counter()
+        mc = self.model.config
+        encoder = BiEncoder(precision=self.precision, device=str(self.accelerator.device))
+        scores = passage_cosines(
+            encoder,
+            [r["query"] for r in records],
+            [r["context"] for r in records],
+            mc.segmenter_language,
+            mc.segmenter_structure,
+        )
+        if not self.quiet and self.is_main:
+            logger.info(
+                f"relevance teacher: the bundled bi-encoder scored {len(records)} passages "
+                f"in {time.perf_counter() - t0:.0f} s"
+            )
+        return scores
 
     def _build_loader(self):
         t = self.cfg.train

@@ -198,3 +198,42 @@ def test_mean_pooled_relevance_ignores_padding():
     assert not torch.allclose(cls(input_ids=ids).relevance_logits, alone)  # the option changes what is read
     with pytest.raises(ValueError, match="relevance_pooling"):
         PrunerConfig(relevance_pooling="max")
+
+
+def test_relevance_distillation_follows_the_teacher_within_query_groups(tiny_model):
+    from pruner_model.core.modeling import relevance_distillation_loss
+
+    teacher = torch.tensor([3.0, 0.0, -3.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 1, 1])
+    agree = relevance_distillation_loss(torch.tensor([2.0, 0.0, -2.0, 1.0, 0.0]), teacher, groups)
+    reverse = relevance_distillation_loss(torch.tensor([-2.0, 0.0, 2.0, 0.0, 1.0]), teacher, groups)
+    assert agree < reverse
+    # by hand: each group's cross-entropy of softmax(student) against softmax(teacher), groups equal
+    z = torch.tensor([2.0, 0.0, -2.0, 1.0, 0.0])
+    ce = [
+        -(torch.softmax(teacher[s], 0) * torch.log_softmax(z[s], 0)).sum() for s in (slice(0, 3), slice(3, 5))
+    ]
+    assert agree.item() == pytest.approx(((ce[0] + ce[1]) / 2).item(), abs=1e-5)
+
+    # in the total loss only with a weight, teacher scores and query groups
+    y = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0])
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+    tok = torch.zeros(5, 3)  # no token labels: the relevance terms alone
+    tiny_model.config.relevance_distill_weight = 0.0
+    w = tiny_model.config.relevance_loss_weight
+    assert tiny_model.compute_loss(tok, z, None, y, None, groups, teacher).item() == pytest.approx(
+        w * bce.item()
+    )
+    tiny_model.config.relevance_distill_weight = 2.0
+    tiny_model.config.relevance_distill_temperature = 0.5
+    with_teacher = tiny_model.compute_loss(tok, z, None, y, None, groups, teacher)
+    distill = relevance_distillation_loss(z, teacher / 0.5, groups)
+    expected = w * bce + 2.0 * distill
+    assert with_teacher.item() == pytest.approx(expected.item(), abs=1e-5)
+    assert tiny_model.compute_loss(tok, z, None, y, None, None, teacher).item() == pytest.approx(
+        w * bce.item()
+    )
+    with pytest.raises(ValueError, match="relevance_distill_temperature"):
+        PrunerConfig(relevance_distill_temperature=0.0)
+    with pytest.raises(ValueError, match="relevance_distill_weight"):
+        PrunerConfig(relevance_distill_weight=-1.0)

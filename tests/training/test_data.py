@@ -114,6 +114,25 @@ def test_passage_only_records_train_the_relevance_head_alone(bert_tokenizer):
     assert (np.array(ds["labels"][1]) == 0).any() and (np.array(ds["sentence_ids"][1]) >= 0).any()
 
 
+def test_teacher_scores_reach_every_window_of_their_record_and_the_batch(bert_tokenizer):
+    import torch
+    from pruner_model.training.data import Collator
+
+    long = " ".join(f"Filler sentence number {i}." for i in range(40))
+    recs = [
+        {"id": "q/a", "query": "what?", "context": long, "relevant_spans": []},
+        {"id": "q/b", "query": "what?", "context": "Short one.", "relevant_spans": []},
+    ]
+    ds = tokenize_records(recs, bert_tokenizer, 64, 8, 8, teacher=np.array([0.25, -0.5]))
+    n_a = sum(1 for r in ds["record"] if r == 0)
+    assert n_a > 1 and ds["teacher"] == [0.25] * n_a + [-0.5]
+    batch = Collator(bert_tokenizer.pad_token_id, ["input_ids", "attention_mask"], groups=True)(list(ds))
+    assert torch.equal(batch["teacher_scores"], torch.tensor([0.25] * n_a + [-0.5]))
+    assert "teacher" not in tokenize_records(recs, bert_tokenizer, 64, 8, 8).column_names
+    with pytest.raises(ConfigError, match="relevance_distill_weight ranks a query's passages together"):
+        load_config(None, ["model.relevance_distill_weight=1.0"])
+
+
 def test_batches_are_deterministic_and_complete():
     s = LengthGroupedBatches(np.arange(103), 8, seed=1)
     s.for_epoch(2)

@@ -88,6 +88,37 @@ def test_training_changes_weights_and_lowers_loss(tmp_path, data_files, tiny_mod
     assert ("encoder.embeddings.word_embeddings.weight" in changed) is not frozen
 
 
+def test_relevance_distillation_trains_on_the_bundled_bi_encoders_passage_scores(
+    tmp_path, data_files, tiny_model, bert_tokenizer, monkeypatch
+):
+    from pruner_model.training import trainer as trainer_module
+
+    seen = {}
+    original = trainer_module.tokenize_records
+
+    def spy(records, *args, teacher=None, **kwargs):
+        seen.setdefault("teacher", teacher)
+        seen.setdefault("records", records)
+        return original(records, *args, teacher=teacher, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "tokenize_records", spy)
+    tiny_model.config.relevance_distill_weight = 1.0  # a given model keeps its own config
+    over = {
+        "train.group_batches": "true",
+        "model.relevance_distill_weight": 1.0,
+        "calibration.enabled": "false",
+    }
+    train(
+        tiny_cfg(data_files, **over), tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True
+    )
+    teacher, records = seen["teacher"], seen["records"]
+    assert teacher is not None and len(teacher) == len(records) and ((-1 <= teacher) & (teacher <= 1)).all()
+    # one score per passage: passages with other sentences score differently
+    by_context = dict(zip((r["context"] for r in records), teacher))
+    assert len(set(by_context.values())) > 1
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["relevance_distill_weight"] == 1.0
+
+
 @pytest.mark.parametrize(
     "grouped, averaged",
     [(False, False), (True, False), (False, True)],
