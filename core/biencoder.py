@@ -73,15 +73,15 @@ class BiEncoder:
 
     def sentence_cosines(self, queries: Sequence[str], units: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """For each query, the cosine (in [-1, 1]) of each of its texts ``units[i]``: one call
-        embeds every query and every text, so batches stay full."""
-        flat = [t for us in units for t in us]
-        e = self.embed([*queries, *flat])
-        q, s = e[: len(queries)], e[len(queries) :]
-        out, cut = [], 0
-        for i, us in enumerate(units):
-            out.append(s[cut : cut + len(us)] @ q[i])
-            cut += len(us)
-        return out
+        embeds every distinct query and text once, so batches stay full."""
+        index: dict[str, int] = {}  # each distinct text embedded once (a query has several passages)
+        for t in [*queries, *(t for us in units for t in us)]:
+            index.setdefault(t, len(index))
+        e = self.embed(list(index))
+        return [
+            e[[index[t] for t in us]] @ e[index[q]] if us else np.zeros(0, np.float32)
+            for q, us in zip(queries, units)
+        ]
 
 
 def passage_cosines(
