@@ -45,9 +45,9 @@ class PrunerConfig(PreTrainedConfig):
     # whole query groups per batch: the relevant windows of a query against all of its windows,
     # a softmax over relevance logits, as rerankers learn from retrieved hard negatives)
     relevance_distill_weight: float = 0.0  # weight of the passage relevance distillation loss
-    # (training only, with whole query groups per batch): the relevance logits of a query's windows
-    # are taught the bundled bi-encoder's ordering of its passages (core/biencoder.py), a
-    # similarity learned from many domains that the labeled groups alone do not teach
+    # (training only, with whole query groups per batch): the relevance logits of a query's
+    # irrelevant windows are taught the bundled bi-encoder's ordering of them (core/biencoder.py),
+    # a similarity learned from many domains that the labeled groups alone do not teach
     relevance_distill_temperature: float = 0.1  # the teacher's distribution over a query's
     # windows is softmax(best sentence cosine / this)
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the

@@ -202,7 +202,10 @@ class PrunerModel(PreTrainedModel):
         weight = getattr(self.config, "relevance_distill_weight", 0.0)
         if teacher_scores is not None and groups is not None and weight > 0:
             loss = loss + weight * relevance_distillation_loss(
-                relevance_logits, teacher_scores / self.config.relevance_distill_temperature, groups
+                relevance_logits,
+                teacher_scores / self.config.relevance_distill_temperature,
+                groups,
+                relevance_labels,
             )
         return loss
 
@@ -319,33 +322,42 @@ def passage_ranking_loss(
 
 
 def relevance_distillation_loss(
-    relevance_logits: torch.Tensor, teacher_logits: torch.Tensor, groups: torch.Tensor
+    relevance_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    groups: torch.Tensor,
+    relevance_labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Cross-entropy of the student's distribution over each query group's windows
-    (``softmax(relevance_logits)`` within the group) against the teacher's
-    (``softmax(teacher_logits)``), averaged over the groups with two windows or more (0 when none
-    has). The student learns the teacher's ordering of the passages a query was retrieved with;
-    the relevance BCE keeps its scale.
+    """Cross-entropy of the student's distribution over each query group's irrelevant windows
+    (``softmax(relevance_logits)`` over them) against the teacher's (``softmax(teacher_logits)``),
+    averaged over the groups with two such windows or more (0 when none has). The student learns
+    the teacher's ordering of the distractors a query was retrieved with (a random passage below a
+    look-alike); the relevant windows are left to the relevance BCE, which the teacher would
+    otherwise contradict wherever it prefers a look-alike to the answer. Without
+    ``relevance_labels`` every window counts.
 
-    >>> z = torch.tensor([0.0, 0.0, 5.0])
-    >>> t = torch.tensor([1.0, 1.0, 0.0])
-    >>> g = torch.tensor([0, 0, 1])  # group 1 has one window: left out
-    >>> round(float(relevance_distillation_loss(z, t, g)), 4)  # uniform student: log 2
+    >>> z = torch.tensor([0.0, 0.0, 5.0, 9.0])
+    >>> t = torch.tensor([1.0, 1.0, 0.0, -9.0])
+    >>> g = torch.tensor([0, 0, 1, 0])
+    >>> y = torch.tensor([0.0, 0.0, 0.0, 1.0])  # window 3 answers: left out; group 1 has one window
+    >>> round(float(relevance_distillation_loss(z, t, g, y)), 4)  # uniform student: log 2
     0.6931
     """
     z = relevance_logits.float()
     t = teacher_logits.float().to(z.device)
-    same = groups.view(-1, 1) == groups.view(1, -1)  # [B, B]: row i's group members
+    use = torch.ones_like(z, dtype=torch.bool) if relevance_labels is None else relevance_labels <= 0.5
+    same = (groups.view(-1, 1) == groups.view(1, -1)) & use.view(1, -1) & use.view(-1, 1)  # [B, B]
     log_q = z.view(1, -1) - torch.logsumexp(
         z.view(1, -1).masked_fill(~same, float("-inf")), dim=1, keepdim=True
     )
     p = torch.softmax(t.view(1, -1).masked_fill(~same, float("-inf")), dim=1)  # [B, B]
-    per = -(p * log_q.masked_fill(~same, 0.0)).sum(dim=1)  # row i: its group's cross-entropy
     size = same.sum(dim=1).float()
     rows = size > 1
     if not rows.any():
         return z.new_zeros(())
-    return (per[rows] / size[rows]).sum() / (1.0 / size[rows]).sum()  # each group counts once
+    per = -(p[rows] * log_q[rows].masked_fill(~same[rows], 0.0)).sum(
+        dim=1
+    )  # row i: its group's cross-entropy
+    return (per / size[rows]).sum() / (1.0 / size[rows]).sum()  # each group counts once
 
 
 def _build_encoder(config: PrunerConfig):

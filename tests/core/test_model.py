@@ -200,35 +200,41 @@ def test_mean_pooled_relevance_ignores_padding():
         PrunerConfig(relevance_pooling="max")
 
 
-def test_relevance_distillation_follows_the_teacher_within_query_groups(tiny_model):
+def test_relevance_distillation_orders_a_query_groups_distractors_as_the_teacher_does(tiny_model):
     from pruner_model.core.modeling import relevance_distillation_loss
 
-    teacher = torch.tensor([3.0, 0.0, -3.0, 1.0, 0.0])
-    groups = torch.tensor([0, 0, 0, 1, 1])
-    agree = relevance_distillation_loss(torch.tensor([2.0, 0.0, -2.0, 1.0, 0.0]), teacher, groups)
-    reverse = relevance_distillation_loss(torch.tensor([-2.0, 0.0, 2.0, 0.0, 1.0]), teacher, groups)
+    teacher = torch.tensor([9.0, 3.0, 0.0, -3.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1])
+    y = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # window 0 answers: left to the relevance BCE
+    z = torch.tensor([-5.0, 2.0, 0.0, -2.0, 1.0, 0.0], requires_grad=True)
+    agree = relevance_distillation_loss(z, teacher, groups, y)
+    reverse = relevance_distillation_loss(torch.tensor([-5.0, -2.0, 0.0, 2.0, 0.0, 1.0]), teacher, groups, y)
     assert agree < reverse
-    # by hand: each group's cross-entropy of softmax(student) against softmax(teacher), groups equal
-    z = torch.tensor([2.0, 0.0, -2.0, 1.0, 0.0])
+    # by hand: each group's cross-entropy over its irrelevant windows, groups weighted equally
     ce = [
-        -(torch.softmax(teacher[s], 0) * torch.log_softmax(z[s], 0)).sum() for s in (slice(0, 3), slice(3, 5))
+        -(torch.softmax(teacher[s], 0) * torch.log_softmax(z.detach()[s], 0)).sum()
+        for s in (slice(1, 4), slice(4, 6))
     ]
     assert agree.item() == pytest.approx(((ce[0] + ce[1]) / 2).item(), abs=1e-5)
+    agree.backward()
+    assert torch.isfinite(z.grad).all() and z.grad[0] == 0  # the answer's window: no gradient
+    # the answer's own logit does not enter: raising it changes nothing
+    moved = relevance_distillation_loss(torch.tensor([5.0, 2.0, 0.0, -2.0, 1.0, 0.0]), teacher, groups, y)
+    assert moved.item() == pytest.approx(agree.item(), abs=1e-6)
 
     # in the total loss only with a weight, teacher scores and query groups
-    y = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0])
+    z = z.detach()
     bce = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
-    tok = torch.zeros(5, 3)  # no token labels: the relevance terms alone
-    tiny_model.config.relevance_distill_weight = 0.0
+    tok = torch.zeros(6, 3)  # no token labels: the relevance terms alone
     w = tiny_model.config.relevance_loss_weight
+    tiny_model.config.relevance_distill_weight = 0.0
     assert tiny_model.compute_loss(tok, z, None, y, None, groups, teacher).item() == pytest.approx(
         w * bce.item()
     )
     tiny_model.config.relevance_distill_weight = 2.0
     tiny_model.config.relevance_distill_temperature = 0.5
     with_teacher = tiny_model.compute_loss(tok, z, None, y, None, groups, teacher)
-    distill = relevance_distillation_loss(z, teacher / 0.5, groups)
-    expected = w * bce + 2.0 * distill
+    expected = w * bce + 2.0 * relevance_distillation_loss(z, teacher / 0.5, groups, y)
     assert with_teacher.item() == pytest.approx(expected.item(), abs=1e-5)
     assert tiny_model.compute_loss(tok, z, None, y, None, None, teacher).item() == pytest.approx(
         w * bce.item()
