@@ -3,11 +3,13 @@ nyt's shifted slices, at 95% / 97% of answers kept and at its own threshold.
 
     python3 benchmarks/results_table.py --model quickstart=runs/quickstart reference=runs/reference \
         --output reports/results-table
+    python3 benchmarks/results_table.py --render reports/results-table/results.json  # tables again
 
 Groups: `data/mix/dev.jsonl`, groups 0-599 of each source's permutation (documents no config trains
 or calibrates on); nyt (`data/squad/dev.jsonl`) groups 6000-6399, and the shifted slices built from
 them (noisy, mined); low_overlap takes the low-overlap questions of groups 6000-7999. Writes
-OUTPUT/results.json and OUTPUT/results.md and prints the table.
+OUTPUT/results.json and OUTPUT/results.md and prints both tables: the operating points, and where
+compression goes (each passage role's tokens kept at 95% of answers, the relevance head's ranking).
 """
 
 from __future__ import annotations
@@ -79,9 +81,29 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def roles_markdown(results: dict) -> str:
+    """Where compression goes: the share of each passage role's tokens kept at 95% of answers, and
+    how the relevance head orders the gold passage against the others."""
+    roles = ("gold", "same_doc", "mined", "random", "answerless")
+    lines = [
+        "| config | split | gold | same document | mined | random | groups with no answer | gold first "
+        "| gold > mined | gold > random |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    share = lambda x: "–" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    for config, rows in results.items():
+        for split, m in rows.items():
+            kept = m.get("tokens_kept_at_0.95") or {}
+            r = m["ranking"]
+            cells = [share(kept.get(k)) for k in roles]
+            cells += [share(r["gold_first"]), share(r["gold_over_mined"]), share(r["gold_over_random"])]
+            lines.append(f"| {config} | {split} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", nargs="+", required=True, metavar="NAME=PATH")
+    p.add_argument("--model", nargs="+", metavar="NAME=PATH")
     p.add_argument("--mix-dev", default="data/mix/dev.jsonl")
     p.add_argument("--nyt-dev", default="data/squad/dev.jsonl")
     p.add_argument("--mix-groups", type=int, default=600)
@@ -90,7 +112,16 @@ def main() -> None:
     p.add_argument("--low-overlap-groups", type=int, default=2000)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--output", default="reports/results-table")
+    p.add_argument(
+        "--render", metavar="RESULTS_JSON", help="print the tables of an earlier run's results.json"
+    )
     args = p.parse_args()
+    if args.render:
+        results = json.loads(Path(args.render).read_text(encoding="utf-8"))
+        print(markdown(results) + "\n" + roles_markdown(results))
+        return
+    if not args.model:
+        p.error("--model NAME=PATH is required (or --render RESULTS_JSON)")
     results = {}
     for spec in args.model:
         name, _, path = spec.partition("=")
@@ -107,7 +138,7 @@ def main() -> None:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    text = markdown(results)
+    text = markdown(results) + "\n" + roles_markdown(results)
     (out / "results.md").write_text(text, encoding="utf-8")
     print(text)
 
