@@ -48,10 +48,10 @@ def logit(p):
     return np.log(p / (1 - p))
 
 
-def combine(groups, raw, cos, lam: float, tau: float, mode: str, sent_beta: float = 0.0):
+def combine(raw, cos, lam: float, tau: float, mode: str, sent_beta: float = 0.0):
     """Scored groups whose relevance is sigmoid(logit(head) + lam * passage cosine term)."""
     out = []
-    for g, s, c in zip(groups, raw, cos):
+    for s, c in zip(raw, cos):
         pmax = np.array([cc.max() if len(cc) else 0.0 for cc in c])
         if mode == "abs":
             term = (pmax - 0.5) / tau  # cosine mapped to [0,1]: 0.5 is orthogonal
@@ -89,7 +89,7 @@ def main() -> None:
         for e in exps:
             row = [f"{name} e={e}"]
             for src, (groups, raw, cos) in data.items():
-                scored = with_score_rules(combine(groups, raw, cos, lam, tau, mode, beta), e, None)
+                scored = with_score_rules(combine(raw, cos, lam, tau, mode, beta), e, None)
                 m = source_metrics(groups, scored, 0.5, 0.95)
                 cell = f"{src}: first {fmt(m['ranking']['gold_first'])}"
                 if m["queries_with_evidence"]:
