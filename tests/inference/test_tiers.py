@@ -219,9 +219,18 @@ def test_the_cache_is_bounded_and_safe_across_threads(tmp_path):
     for t in threads:
         t.join()
     assert len(cache) == 50
+    # which thread wrote last depends on scheduling: the newest entry is the one put after them all
+    cache.put(SummaryCache.key("m", "last"), "s-last")
+    assert len(cache) == 50
     assert (
-        SummaryCache(tmp_path / "c.sqlite").get(SummaryCache.key("m", "3-19")) == "s3-19"
-    )  # another connection reads it
+        SummaryCache(tmp_path / "c.sqlite").get(SummaryCache.key("m", "last")) == "s-last"
+    )  # another connection
+    kept = [
+        SummaryCache(tmp_path / "c.sqlite").get(SummaryCache.key("m", f"{k}-{i}"))
+        for k in range(4)
+        for i in range(20)
+    ]
+    assert sum(v is not None for v in kept) == 49  # the 30 least recently used went first
     assert SummaryCache.key("m", "x") != SummaryCache.key("other-model", "x")
 
 
