@@ -117,7 +117,10 @@ def main() -> None:
     )
     args = p.parse_args()
     if args.render:
-        results = json.loads(Path(args.render).read_text(encoding="utf-8"))
+        try:
+            results = json.loads(Path(args.render).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            p.error(f"--render {args.render}: {exc}")
         print(markdown(results) + "\n" + roles_markdown(results))
         return
     if not args.model:

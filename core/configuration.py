@@ -49,7 +49,7 @@ class PrunerConfig(PreTrainedConfig):
     # irrelevant windows are taught the bundled bi-encoder's ordering of them (core/biencoder.py),
     # a similarity learned from many domains that the labeled groups alone do not teach
     relevance_distill_temperature: float = 0.1  # the teacher's distribution over a query's
-    # windows is softmax(best sentence cosine / this)
+    # irrelevant windows is softmax(best sentence cosine / this)
     token_prior: float = 0.05  # initial keep probability of the token head (its bias starts at the
     # prior's log-odds: starting at 0.5 makes the first steps collapse the encoder onto the prior)
     relevance_prior: float = 0.2  # likewise for the relevance head

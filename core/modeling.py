@@ -354,9 +354,8 @@ def relevance_distillation_loss(
     rows = size > 1
     if not rows.any():
         return z.new_zeros(())
-    per = -(p[rows] * log_q[rows].masked_fill(~same[rows], 0.0)).sum(
-        dim=1
-    )  # row i: its group's cross-entropy
+    # row i: the cross-entropy of its group's irrelevant windows
+    per = -(p[rows] * log_q[rows].masked_fill(~same[rows], 0.0)).sum(dim=1)
     return (per / size[rows]).sum() / (1.0 / size[rows]).sum()  # each group counts once
 
 

@@ -54,7 +54,7 @@ class ModelSection:
     passage_loss_weight: float | None = None  # passage ranking loss: the answer's passage above the
     # others of its query (needs train.group_batches); 0 = relevance BCE only
     relevance_distill_weight: float | None = None  # teach the relevance head the bundled
-    # bi-encoder's ordering of each query's passages (needs train.group_batches); 0 = off
+    # bi-encoder's ordering of each query's distractors (needs train.group_batches); 0 = off
     relevance_distill_temperature: float | None = None  # teacher: softmax(best sentence cosine / this)
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
     relevance_pooling: str | None = None  # "cls" (default) or "mean": what the relevance head reads
