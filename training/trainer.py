@@ -21,6 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 from pruner_model.core.precision import machine_info, resolve_precision
@@ -190,23 +191,31 @@ class Trainer:
 
     def _teacher_scores(self, records: list[dict]):
         """The bundled bi-encoder's passage score (best sentence cosine) of every training record:
-        the relevance distillation teacher (``model.relevance_distill_weight``)."""
+        the relevance distillation teacher (``model.relevance_distill_weight``). Launched as several
+        processes, each scores a contiguous share of the records and every process gathers all."""
+        from accelerate.utils import gather_object
         from pruner_model.core.biencoder import BiEncoder, passage_cosines
 
         t0 = time.perf_counter()
         mc = self.model.config
+        n, rank = self.accelerator.num_processes, self.accelerator.process_index
+        share = np.array_split(np.arange(len(records)), n)[rank]
+        mine = [records[i] for i in share]
         encoder = BiEncoder(precision=self.precision, device=str(self.accelerator.device))
         scores = passage_cosines(
             encoder,
-            [r["query"] for r in records],
-            [r["context"] for r in records],
+            [r["query"] for r in mine],
+            [r["context"] for r in mine],
             mc.segmenter_language,
             mc.segmenter_structure,
         )
+        if n > 1:  # every rank's share, in rank order: the records' order
+            scores = np.concatenate(gather_object([scores])).astype(np.float32)
         if not self.quiet and self.is_main:
+            split = f" (split over {n} processes)" if n > 1 else ""
             logger.info(
                 f"relevance teacher: the bundled bi-encoder scored {len(records)} passages "
-                f"in {time.perf_counter() - t0:.0f} s"
+                f"in {time.perf_counter() - t0:.0f} s{split}"
             )
         return scores
 

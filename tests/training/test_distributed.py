@@ -1,7 +1,8 @@
 """Training with 2 processes (accelerate launch, gloo on CPU): one checkpoint, identical replicas,
-resume across the same number of processes."""
+resume across the same number of processes, the relevance teacher scored once across them."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ def launch(out, data, *extra):
         "--set", "train.save_every=3", "--set", "train.mixed_precision=no",
         "--set", "data.max_dev_groups=2", "--set", "data.calibration_dev_groups=2", "--set", "data.report_dev_groups=0",
         "--set", "model.max_length=64", "--set", "model.stride=16", "--set", "model.max_query_length=16",
+        "--set", "model.relevance_distill_weight=1.0", "--set", "train.group_batches=true",
         *extra,
     ]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -37,6 +39,8 @@ def test_two_processes_train_one_checkpoint_and_resume(tmp_path):
     full = launch(tmp_path / "full", data)
     assert full.returncode == 0, full.stderr[-3000:]
     assert "weights identical on 2 processes" in full.stderr
+    # each process scored half of the training passages; every process trained on all the scores
+    assert re.search(r"bi-encoder scored \d+ passages in \d+ s \(split over 2 processes\)", full.stderr)
     assert full.stdout.count('"output"') == 1  # the summary is printed once, by the main process
     state = tmp_path / "full.trainer" / "last"
     assert {"random_states_0.pkl", "random_states_1.pkl"} <= {p.name for p in state.iterdir()}
