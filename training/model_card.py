@@ -93,7 +93,7 @@ print(result.text, result.stats.compression)
 |---|---|
 {rows or "| (no report slice) | |"}
 {_promise(dev.get("promise"))}
-
+{_named_points(config, target)}
 ## Intended use and limits
 
 For pruning retrieved passages before generation, {_languages(cfg)}, on text like the training data.
@@ -120,6 +120,22 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
         f"evidence (relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)})"
         f"{shifted}, measured on dev groups that were not used to calibrate it:"
     )
+
+
+def _named_points(config, target: float) -> str:
+    points = getattr(config, "operating_points", None)
+    if not points:
+        return ""
+    rows = "\n".join(f"| `{name}` | {value:.4f} |" for name, value in sorted(points.items()))
+    return f"""
+Named operating points: each the threshold that keeps {target:.0%} of the evidence on one
+calibration source alone (same floor and exponent). Use one for text like that source only:
+`pruner.prune(query, passages, operating_point="NAME")`.
+
+| operating point | threshold |
+|---|---|
+{rows}
+"""
 
 
 def _teacher(config) -> str:

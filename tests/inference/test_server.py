@@ -58,6 +58,7 @@ def test_batch_health_metrics(client):
         ({"query": "q", "passages": ["x" * 2_001]}, 422),
         ({"query": "q", "passages": ["x"], "threshold": 3}, 422),
         ({"query": "q", "passages": ["x"], "unknown": 1}, 422),
+        ({"query": "q", "passages": ["x"], "operating_point": "nq"}, 422),  # not one of the checkpoint's
         ({"query": "q", "passages": [{"title": "no text"}]}, 422),
     ],
 )

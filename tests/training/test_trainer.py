@@ -54,6 +54,41 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert r.stats.sentences_in == 2
 
 
+def test_calibration_names_an_operating_point_per_source(tmp_path, data_files, tiny_model, bert_tokenizer):
+    from pruner_model.inference import ContextPruner
+
+    from tests.training.helpers import make_records
+
+    blogs = make_records(n_groups=6)
+    for r in blogs:  # another source: its own slice, its own named threshold
+        r["source"], r["id"] = "blogs", "blogs:" + r["id"]
+    src = tmp_path / "sources.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in blogs))
+    over = {"data.calibration_sources": f"[{src}]", "data.calibration_source_groups": 6}
+    out = tmp_path / "run"
+    train(tiny_cfg(data_files, **over), out, model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    saved = json.loads((out / "metrics.json").read_text())["calibration"]
+    slices = saved["slice_thresholds"]
+    assert set(slices) == {"as_is", "source:blogs"}
+    config = PrunerModel.from_pretrained(str(out)).config
+    # each name: the threshold that keeps the target on its slice alone; the dev data's under its source
+    assert config.operating_points == pytest.approx(
+        {"test": slices["as_is"], "blogs": slices["source:blogs"]}
+    )
+    assert config.threshold == pytest.approx(min(slices.values()))
+    assert saved["operating_points"] == pytest.approx(config.operating_points)
+    assert "| `blogs` |" in (out / "README.md").read_text()
+    pruner = ContextPruner.from_pretrained(out)
+    passages = [SENTS[0] + " " + SENTS[1]]
+    for name, value in config.operating_points.items():
+        assert pruner.prune("question 1?", passages, operating_point=name).threshold == pytest.approx(value)
+    assert pruner.prune("question 1?", passages).threshold == pytest.approx(config.threshold)
+    with pytest.raises(ValueError, match="'nq' is not one of .* it has: blogs, test"):
+        pruner.prune("question 1?", passages, operating_point="nq")
+    with pytest.raises(ValueError, match="threshold or operating_point, not both"):
+        pruner.prune("question 1?", passages, operating_point="blogs", threshold=0.99)
+
+
 def test_calibration_bf16_scores_calibration_and_report_under_autocast(
     tmp_path, data_files, tiny_model, bert_tokenizer, monkeypatch
 ):
