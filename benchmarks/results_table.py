@@ -8,8 +8,9 @@ nyt's shifted slices, at 95% / 97% of answers kept and at its own threshold.
 Groups: `data/mix/dev.jsonl`, groups 0-599 of each source's permutation (documents no config trains
 or calibrates on); nyt (`data/squad/dev.jsonl`) groups 6000-6399, and the shifted slices built from
 them (noisy, mined); low_overlap takes the low-overlap questions of groups 6000-7999. Writes
-OUTPUT/results.json and OUTPUT/results.md and prints both tables: the operating points, and where
-compression goes (each passage role's tokens kept at 95% of answers, the relevance head's ranking).
+OUTPUT/results.json and OUTPUT/results.md and prints both tables: the operating points (the
+checkpoint's threshold, and its named operating point for the row's source: nyt's is the dev data's,
+``squad``), and where compression goes (each passage role's tokens kept at 95% of answers, the relevance head's ranking).
 """
 
 from __future__ import annotations
@@ -62,20 +63,20 @@ def markdown(results: dict) -> str:
 
     lines = [
         "| config | split | groups | comp. at 95% kept | at 97% | best F1 | kept at its threshold "
-        "[95% interval] verdict | comp. there | random passages' tokens kept at 95% | gold first "
-        "| gold > random |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "[95% interval] verdict | comp. there | kept at its source's operating point | comp. there "
+        "| random passages' tokens kept at 95% | gold first | gold > random |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config, rows in results.items():
         for split, m in rows.items():
-            at = m.get("at_checkpoint_threshold")
-            promise = promise_text(at)
+            at, named = m.get("at_checkpoint_threshold"), m.get("at_operating_point")
             r = m["ranking"]
             random = (m.get("tokens_kept_at_0.95") or {}).get("random")
             lines.append(
                 f"| {config} | {split} | {m['groups']} | {_pct(m.get('compression_at_0.95'))} | "
-                f"{_pct(m.get('compression_at_0.97'))} | {_pct(m.get('best_f1'))} | {promise} | "
-                f"{_pct(at['compression']) if at else '–'} | {_pct(random)} | "
+                f"{_pct(m.get('compression_at_0.97'))} | {_pct(m.get('best_f1'))} | {promise_text(at)} | "
+                f"{_pct(at['compression']) if at else '–'} | {promise_text(named) if named else '–'} | "
+                f"{_pct(named['compression']) if named else '–'} | {_pct(random)} | "
                 f"{_pct(r['gold_first'])} | {_pct(r['gold_over_random'])} |"
             )
     return "\n".join(lines) + "\n"

@@ -5,7 +5,8 @@ the same seeded slice of query groups is scored once, and reported:
 
 - compression at 95% and 97% of answers kept and the best sentence F1 (the sweep over
   thresholds, an in-sample figure on these groups);
-- the promise at the checkpoint's own threshold (share kept, exact interval, verdict);
+- the promise at the checkpoint's own threshold (share kept, exact interval, verdict), and at
+  the checkpoint's named operating point of the same source, where it has one;
 - at the threshold that keeps 95% of answers: the share of tokens kept in gold passages, in other
   passages of the same document, in retriever-mined distractors, in random passages and in groups
   with no answer at all (the records' ``meta.role``, as `pruner data mix` writes it; SQuAD records'
@@ -96,10 +97,25 @@ def passage_ranking(groups: list[LabeledGroup], scored: list[ScoredGroup]) -> di
     return out
 
 
+def _at(scored: list[ScoredGroup], threshold: float, promised: float) -> dict:
+    at = metrics_at(scored, threshold)
+    return {
+        "threshold": threshold,
+        "evidence_preserved": at["evidence_preserved"],
+        "compression": at["compression"],
+        "promise": promise_check(at["queries_preserved"], at["queries_with_evidence"], promised),
+    }
+
+
 def source_metrics(
-    groups: list[LabeledGroup], scored: list[ScoredGroup], checkpoint_threshold: float, promised: float
+    groups: list[LabeledGroup],
+    scored: list[ScoredGroup],
+    checkpoint_threshold: float,
+    promised: float,
+    named_threshold: float | None = None,
 ) -> dict:
-    """Every per-source number (see the module docstring) of one source's scored groups."""
+    """Every per-source number (see the module docstring) of one source's scored groups;
+    ``named_threshold``: the checkpoint's operating point for this source, if it has one."""
     out: dict = {
         "groups": len(groups),
         "queries_with_evidence": sum(s.has_evidence for s in scored),
@@ -112,13 +128,9 @@ def source_metrics(
         p = best_compression_at(curve, target)
         out[f"compression_at_{target:.2f}"] = None if p is None else p["compression"]
     out["best_f1"] = max((pt["f1"] for pt in curve), default=0.0)
-    at = metrics_at(scored, checkpoint_threshold)
-    out["at_checkpoint_threshold"] = {
-        "threshold": checkpoint_threshold,
-        "evidence_preserved": at["evidence_preserved"],
-        "compression": at["compression"],
-        "promise": promise_check(at["queries_preserved"], at["queries_with_evidence"], promised),
-    }
+    out["at_checkpoint_threshold"] = _at(scored, checkpoint_threshold, promised)
+    if named_threshold is not None:
+        out["at_operating_point"] = _at(scored, named_threshold, promised)
     t95 = calibrate_threshold(scored, 0.95)
     out["tokens_kept_at_0.95"] = role_token_shares(groups, scored, t95)
     out["tokens_kept_at_checkpoint"] = role_token_shares(groups, scored, checkpoint_threshold)
@@ -153,7 +165,8 @@ def evaluate_sources(
         scored = with_score_rules(
             raw, getattr(cfg, "relevance_exponent", 0.0), getattr(cfg, "relative_floor", None)
         )
-        out[src] = source_metrics(groups, scored, float(cfg.threshold), promised)
+        named = (getattr(cfg, "operating_points", None) or {}).get(src)
+        out[src] = source_metrics(groups, scored, float(cfg.threshold), promised, named)
     return out
 
 
@@ -162,7 +175,8 @@ def _pct(x) -> str:
 
 
 def promise_text(at: dict | None) -> str:
-    """``kept [low, high] verdict`` of a source's ``at_checkpoint_threshold`` numbers."""
+    """``kept [low, high] verdict`` of a source's ``at_checkpoint_threshold`` (or
+    ``at_operating_point``) numbers."""
     if not at:
         return "– (passage labels only)"
     low, high = at["promise"]["interval"]
@@ -173,16 +187,16 @@ def sources_markdown(by_source: dict) -> str:
     """Two tables: compression and promise per source; where the kept tokens go, and ranking."""
     lines = [
         "| source | groups | compression at 95% kept | at 97% | best F1 | kept at checkpoint threshold "
-        "[95% interval] | compression there |",
-        "|---|---|---|---|---|---|---|",
+        "[95% interval] | compression there | kept at the source's operating point | compression there |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for src, m in by_source.items():
-        at = m.get("at_checkpoint_threshold")
-        promise = promise_text(at)
+        at, named = m.get("at_checkpoint_threshold"), m.get("at_operating_point")
         lines.append(
             f"| {src} | {m['groups']} | {_pct(m.get('compression_at_0.95'))} | "
-            f"{_pct(m.get('compression_at_0.97'))} | {_pct(m.get('best_f1'))} | {promise} | "
-            f"{_pct(at['compression']) if at else '–'} |"
+            f"{_pct(m.get('compression_at_0.97'))} | {_pct(m.get('best_f1'))} | {promise_text(at)} | "
+            f"{_pct(at['compression']) if at else '–'} | {promise_text(named) if named else '–'} | "
+            f"{_pct(named['compression']) if named else '–'} |"
         )
     lines += [
         "",

@@ -94,3 +94,30 @@ def test_cli_by_source_reports_each_source(tmp_path, tiny_checkpoint, capsys):
     printed = capsys.readouterr().out
     assert "| nq | 4 |" in printed and "gold ranked first" in printed
     assert main(argv + ["--by-source", "--slice", "noisy"]) == 2  # one-line error, nothing written
+
+
+def test_by_source_reports_the_sources_named_operating_point(tmp_path, tiny_checkpoint, capsys):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, model)
+    config = json.loads((model / "config.json").read_text())
+    config["operating_points"] = {"nq": 0.0}  # nq's own point keeps every unit; multirc has none
+    (model / "config.json").write_text(json.dumps(config))
+    records = []
+    for k in range(3):
+        records += group_records(f"n{k}", "nq") + group_records(f"m{k}", "multirc")
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "report"
+    argv = ["evaluate", "--model", str(model), "--data", str(data), "--output", str(out), "--by-source"]
+    assert main(argv) == 0
+    sources = json.loads((out / "sources.json").read_text())["sources"]
+    nq = sources["nq"]["at_operating_point"]
+    assert nq["threshold"] == 0.0 and nq["evidence_preserved"] == 1.0 and nq["compression"] == 0.0
+    assert nq["promise"]["verdict"] == "met"
+    assert "at_operating_point" not in sources["multirc"]
+    rows: dict = {}  # each source's first row: the operating points table
+    for line in capsys.readouterr().out.splitlines():
+        rows.setdefault(line.split(" | ")[0], line)
+    assert "1.000 [" in rows["| nq"] and rows["| multirc"].rstrip(" |").endswith("– | –")
