@@ -330,6 +330,7 @@ def add_routes(
             "backend": pruner.backend.name,
             "precision": pruner.precision,
             "threshold": cfg.threshold,
+            "operating_points": dict(getattr(cfg, "operating_points", None) or {}),
             "max_length": cfg.max_length,
         }
 
