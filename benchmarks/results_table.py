@@ -38,7 +38,7 @@ def measure(
 ) -> dict:
     """``{row name: source_metrics}`` for one checkpoint."""
     from pruner_model.core.records import read_jsonl
-    from pruner_model.evaluation.groups import group_of, range_ids
+    from pruner_model.evaluation.groups import group_of, range_ids, source_of
     from pruner_model.evaluation.shifts import build_shift
     from pruner_model.evaluation.sources import evaluate_sources
 
@@ -47,12 +47,17 @@ def measure(
     pruner = ContextPruner.from_pretrained(model, dtype=dtype)
     rows: dict = {}
     nyt = read_jsonl(nyt_dev)
-    rows["nyt"] = next(iter(evaluate_sources(pruner, nyt, nyt_groups, nyt_start).values()))
+    point = source_of(nyt[0])  # the named operating point of every nyt row: the dev data's
+    rows["nyt"] = next(
+        iter(evaluate_sources(pruner, nyt, nyt_groups, nyt_start, operating_point=point).values())
+    )
     for name in SLICES:
         n = low_overlap_groups if name == "low_overlap" else nyt_groups
         keep = range_ids((group_of(r) for r in nyt), 0, nyt_start, nyt_start + n)
         shifted = build_shift(name, nyt, 0, keep)
-        rows[f"nyt {name}"] = next(iter(evaluate_sources(pruner, shifted, None, 0).values()))
+        rows[f"nyt {name}"] = next(
+            iter(evaluate_sources(pruner, shifted, None, 0, operating_point=point).values())
+        )
     for src, m in evaluate_sources(pruner, read_jsonl(mix_dev), mix_groups, 0).items():
         rows[src] = m
     return rows

@@ -144,9 +144,11 @@ def evaluate_sources(
     start: int = 0,
     seed: int = 0,
     progress: bool = False,
+    operating_point: str | None = None,
 ) -> dict:
     """``{source: source_metrics}`` for each source of ``records`` (groups ``start:start +
-    max_groups`` of each source's seeded permutation), on the pruner's own score scale."""
+    max_groups`` of each source's seeded permutation), on the pruner's own score scale; each source
+    also at the checkpoint's named operating point of its name (``operating_point``: at that one)."""
     from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.scorer import score_groups
 
@@ -165,7 +167,7 @@ def evaluate_sources(
         scored = with_score_rules(
             raw, getattr(cfg, "relevance_exponent", 0.0), getattr(cfg, "relative_floor", None)
         )
-        named = (getattr(cfg, "operating_points", None) or {}).get(src)
+        named = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
         out[src] = source_metrics(groups, scored, float(cfg.threshold), promised, named)
     return out
 
