@@ -70,6 +70,13 @@ def _evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--write-threshold", action="store_true", help="store the recommended threshold in the model"
     )
+    p.add_argument(
+        "--write-operating-point",
+        metavar="NAME",
+        help="store the recommended threshold in the model as the named operating point NAME (the "
+        "checkpoint's threshold stays; prune(..., operating_point=NAME) uses it): a threshold for "
+        "text like these records",
+    )
     return p
 
 
@@ -96,6 +103,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     out = _write_report(args, pruner, report)
     if args.write_threshold:
         _write_threshold(model_dir, pruner, float(report["recommended_threshold"]), args.target_evidence)
+    if args.write_operating_point:
+        _write_operating_point(model_dir, args.write_operating_point, float(report["recommended_threshold"]))
     print((out / "report.md").read_text(encoding="utf-8"))
     return 0
 
@@ -122,6 +131,15 @@ def _check_arguments(args) -> dict:
     if unknown:
         raise ValueError(f"unknown baseline {unknown[0]!r} (choose from {', '.join(BASELINES)})")
     budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    if args.write_operating_point is not None:
+        name = args.write_operating_point
+        if args.write_threshold or args.by_source or args.quantized:
+            raise ValueError(
+                "--write-operating-point stores a full-precision threshold from one report: not with "
+                "--write-threshold, --by-source or --quantized"
+            )
+        if not name.strip() or len(name) > 40:
+            raise ValueError(f"--write-operating-point needs a short name, got {name!r}")
     if args.slice is not None:  # the slice is built from the selected groups: evaluate all of it
         return {"baselines": baselines, "budgets": budgets}
     return {
@@ -202,6 +220,21 @@ def _by_source(args, pruner, records: list[dict]) -> int:
     (out / "sources.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
+
+
+def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
+    """The recommended threshold into the folder's config.json as the named operating point
+    ``name`` (replacing one of that name); the checkpoint's own threshold is left as it is."""
+    from pruner_model import PrunerConfig
+
+    cfg = PrunerConfig.from_pretrained(str(model_dir))
+    cfg.operating_points = {**(cfg.operating_points or {}), name: value}
+    cfg.save_pretrained(str(model_dir))
+    print(
+        f"wrote operating point {name!r} = {value:.4f} into {model_dir / 'config.json'} "
+        f"(prune(..., operating_point={name!r}))",
+        file=sys.stderr,
+    )
 
 
 def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:

@@ -353,6 +353,48 @@ def test_write_threshold_writes_the_target_and_the_int8_threshold(tmp_path, _tin
     assert cfg["threshold"] == before and cfg["int8_threshold"] is not None
 
 
+def test_write_operating_point_names_the_recommended_threshold(tmp_path, _tiny_bert, bert_tokenizer, capsys):
+    from pruner_model import ContextPruner
+
+    ckpt = tmp_path / "c"
+    _tiny_bert.save_pretrained(ckpt)
+    bert_tokenizer.save_pretrained(ckpt)
+    data = tmp_path / "d.jsonl"
+    ctx = "Paris is the capital of France. It lies on the Seine. Bananas are yellow."
+    rows = [
+        {"id": f"q{i}/a", "query": f"Where is Paris {i}?", "context": ctx, "relevant_spans": [[0, 31]]}
+        for i in range(6)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = [
+        "evaluate",
+        "--model",
+        str(ckpt),
+        "--data",
+        str(data),
+        "--baselines",
+        "none",
+        "--target-evidence",
+        "0.8",
+    ]
+    before = json.loads((ckpt / "config.json").read_text())
+    # a bad combination is one line and leaves the folder as it was
+    assert (
+        main([*base, "--output", str(tmp_path / "r0"), "--write-operating-point", "x", "--write-threshold"])
+        == 2
+    )
+    assert "not with --write-threshold" in capsys.readouterr().err
+    assert json.loads((ckpt / "config.json").read_text()) == before
+    assert main([*base, "--output", str(tmp_path / "r1"), "--write-operating-point", "tickets"]) == 0
+    recommended = json.loads((tmp_path / "r1" / "report.json").read_text())["recommended_threshold"]
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["operating_points"] == {"tickets": pytest.approx(recommended)}
+    assert cfg["threshold"] == before["threshold"]  # the checkpoint's own threshold stays
+    pruner = ContextPruner.from_pretrained(ckpt)
+    kept = pruner.prune("Where is Paris 1?", [ctx], operating_point="tickets")
+    assert kept.threshold == pytest.approx(recommended)
+
+
 # ---------------------------------------------------------------------------- 15, 22. model folders
 @pytest.mark.parametrize(
     "change, message",
