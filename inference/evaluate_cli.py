@@ -223,12 +223,14 @@ def _by_source(args, pruner, records: list[dict]) -> int:
 
 
 def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
-    """The recommended threshold into the folder's config.json as the named operating point
-    ``name`` (replacing one of that name); the checkpoint's own threshold is left as it is."""
+    """The recommended threshold (on the checkpoint's relative floor, as the report measured it)
+    into the folder's config.json as the named operating point ``name`` (replacing one of that
+    name); the checkpoint's own threshold is left as it is."""
     from pruner_model import PrunerConfig
 
     cfg = PrunerConfig.from_pretrained(str(model_dir))
-    cfg.operating_points = {**(cfg.operating_points or {}), name: value}
+    point = {"threshold": value, "relative_floor": cfg.relative_floor}
+    cfg.operating_points = {**(cfg.operating_points or {}), name: point}
     cfg.save_pretrained(str(model_dir))
     print(
         f"wrote operating point {name!r} = {value:.4f} into {model_dir / 'config.json'} "

@@ -52,8 +52,9 @@ class SelectionParams:
     )
     operating_point: str | None = _knob(
         None,
-        "a named operating point of the checkpoint instead of its threshold: the threshold calibrated "
-        "to keep the target on one calibration source alone, e.g. nq (the model card lists them)",
+        "a named operating point of the checkpoint instead of its threshold and relative floor: the "
+        "pair calibrated to keep the target on one calibration source alone, e.g. nq (the model "
+        "card lists them)",
     )
     relative_floor: float | str | None = _knob(
         CHECKPOINT,
@@ -141,13 +142,16 @@ class SelectionParams:
         """The settings with the checkpoint's calibrated values (``config``: a PrunerConfig)
         filled in where they were left to it."""
         threshold = config.threshold if self.threshold is None else self.threshold
+        floor = (
+            getattr(config, "relative_floor", None)
+            if self.relative_floor == CHECKPOINT
+            else self.relative_floor
+        )
         if self.operating_point is not None:
-            threshold = _named_threshold(config, self.operating_point, self.threshold)
+            threshold, floor = _named_point(config, self.operating_point, self.threshold, self.relative_floor)
         resolved = {
             "threshold": threshold,
-            "relative_floor": getattr(config, "relative_floor", None)
-            if self.relative_floor == CHECKPOINT
-            else self.relative_floor,
+            "relative_floor": floor,
             "uncertain_below": getattr(config, "uncertainty_threshold", None)
             if self.uncertain_below == CHECKPOINT
             else self.uncertain_below,
@@ -167,9 +171,10 @@ class SelectionParams:
         return out
 
 
-def _named_threshold(config, name: str, threshold: float | None) -> float:
-    """The threshold of the checkpoint's operating point ``name`` (a one-line error naming the ones
-    it has when it has no such point, or when another ``threshold`` is also given)."""
+def _named_point(config, name: str, threshold, floor) -> tuple[float, float | None]:
+    """The threshold and relative floor of the checkpoint's operating point ``name`` (a one-line
+    error naming the ones it has when it has no such point, or when another threshold or floor is
+    also given: the point's threshold holds under its own floor only)."""
     points = getattr(config, "operating_points", None) or {}
     if name not in points:
         have = (
@@ -180,9 +185,14 @@ def _named_threshold(config, name: str, threshold: float | None) -> float:
         raise ValueError(
             f"operating_point {name!r} is not one of this checkpoint's named operating points; {have}"
         )
-    if threshold is not None and threshold != points[name]:
+    point = points[name]
+    if threshold is not None and threshold != point["threshold"]:
         raise ValueError("give threshold or operating_point, not both")
-    return float(points[name])
+    if floor != CHECKPOINT and floor != point["relative_floor"]:
+        raise ValueError(
+            "operating_point sets the relative floor its threshold was calibrated with: leave relative_floor out"
+        )
+    return float(point["threshold"]), point["relative_floor"]
 
 
 def _check_knob(f, value) -> None:

@@ -84,7 +84,9 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.relevance_exponent = chosen["relevance_exponent"]
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
-    mc.operating_points = _operating_points(slices, per_slice, _dev_name(dev))
+    mc.operating_points = _operating_points(
+        slices, per_slice, _dev_name(dev), floors, aim, c, mc.relevance_exponent
+    )
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
     metrics = dev_metrics(
@@ -121,13 +123,18 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         if mc.operating_points:
             logger.info(
                 "  named operating points (prune(..., operating_point=NAME)): "
-                + ", ".join(f"{k} {v:.4f}" for k, v in mc.operating_points.items())
+                + ", ".join(f"{k} {_point_text(v)}" for k, v in mc.operating_points.items())
             )
         logger.info(
             f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
             f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
         )
     return metrics
+
+
+def _point_text(point: dict) -> str:
+    floor = point["relative_floor"]
+    return f"{point['threshold']:.4f} ({'absolute' if floor is None else f'floor {floor}'})"
 
 
 def _dev_name(dev: list[dict]) -> str:
@@ -138,18 +145,23 @@ def _dev_name(dev: list[dict]) -> str:
     return names.pop() if len(names) == 1 else "dev"
 
 
-def _operating_points(slices, per_slice: dict[str, float], dev_name: str) -> dict[str, float] | None:
-    """Named thresholds under the chosen floor and exponent: each calibration source's own (the one
-    that keeps the target on that source alone) and the dev data's (the lowest of its groups' and
-    their shifted copies'). Slices without evidence (passage labels only) name none; None without
-    slices."""
+def _operating_points(slices, per_slice: dict, dev_name: str, floors, aim: float, c, exponent: float):
+    """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent: each
+    calibration source's own (the pair that keeps ``aim`` on that source alone with the most
+    cross-validated compression, as the checkpoint's own is chosen) and the dev data's (its groups
+    and their shifted copies together). Slices without evidence (passage labels only) name none;
+    None without slices."""
     if not per_slice:
         return None
-    live = {k: t for k, t in per_slice.items() if any(g.has_evidence for g in slices[k])}
-    points = {k[7:]: t for k, t in live.items() if k.startswith("source:")}
-    own = [t for k, t in live.items() if not k.startswith("source:")]
+    live = [k for k in per_slice if any(g.has_evidence for g in slices[k])]
+    named = {k[7:]: {k: slices[k]} for k in live if k.startswith("source:")}
+    own = {k: slices[k] for k in live if not k.startswith("source:")}
     if own:
-        points["dev" if dev_name in points else dev_name] = min(own)
+        named["dev" if dev_name in named else dev_name] = own
+    points = {}
+    for name, part in named.items():
+        floor, t, _ = calibrate_operating_point(part, aim, floors, c.folds, [exponent], c.confidence)
+        points[name] = {"threshold": t, "relative_floor": floor}
     return points or None
 
 

@@ -126,14 +126,17 @@ def _named_points(config, target: float) -> str:
     points = getattr(config, "operating_points", None)
     if not points:
         return ""
-    rows = "\n".join(f"| `{name}` | {value:.4f} |" for name, value in sorted(points.items()))
+    rows = "\n".join(
+        f"| `{name}` | {p['threshold']:.4f} | {'none (absolute)' if p['relative_floor'] is None else p['relative_floor']} |"
+        for name, p in sorted(points.items())
+    )
     return f"""
-Named operating points: each the threshold that keeps {target:.0%} of the evidence on one
-calibration source alone (same floor and exponent). Use one for text like that source only:
-`pruner.prune(query, passages, operating_point="NAME")`.
+Named operating points: each the threshold and relative floor that keep {target:.0%} of the
+evidence on one calibration source alone (same relevance exponent). Use one for text like that
+source only: `pruner.prune(query, passages, operating_point="NAME")`.
 
-| operating point | threshold |
-|---|---|
+| operating point | threshold | relative floor |
+|---|---|---|
 {rows}
 """
 

@@ -102,7 +102,7 @@ def test_by_source_reports_the_sources_named_operating_point(tmp_path, tiny_chec
     model = tmp_path / "model"
     shutil.copytree(tiny_checkpoint, model)
     config = json.loads((model / "config.json").read_text())
-    config["operating_points"] = {"nq": 0.0}  # nq's own point keeps every unit; multirc has none
+    config["operating_points"] = {"nq": {"threshold": 0.0, "relative_floor": None}}  # keeps every unit
     (model / "config.json").write_text(json.dumps(config))
     records = []
     for k in range(3):

@@ -388,7 +388,8 @@ def test_write_operating_point_names_the_recommended_threshold(tmp_path, _tiny_b
     assert main([*base, "--output", str(tmp_path / "r1"), "--write-operating-point", "tickets"]) == 0
     recommended = json.loads((tmp_path / "r1" / "report.json").read_text())["recommended_threshold"]
     cfg = json.loads((ckpt / "config.json").read_text())
-    assert cfg["operating_points"] == {"tickets": pytest.approx(recommended)}
+    point = cfg["operating_points"]["tickets"]  # measured on the checkpoint's floor
+    assert point == {"threshold": pytest.approx(recommended), "relative_floor": before.get("relative_floor")}
     assert cfg["threshold"] == before["threshold"]  # the checkpoint's own threshold stays
     pruner = ContextPruner.from_pretrained(ckpt)
     kept = pruner.prune("Where is Paris 1?", [ctx], operating_point="tickets")

@@ -71,22 +71,34 @@ def test_calibration_names_an_operating_point_per_source(tmp_path, data_files, t
     slices = saved["slice_thresholds"]
     assert set(slices) == {"as_is", "source:blogs"}
     config = PrunerModel.from_pretrained(str(out)).config
-    # each name: the threshold that keeps the target on its slice alone; the dev data's under its source
-    assert config.operating_points == pytest.approx(
-        {"test": slices["as_is"], "blogs": slices["source:blogs"]}
-    )
+    points = config.operating_points  # the dev data's under its records' source
+    assert set(points) == {"test", "blogs"} and saved["operating_points"] == points
     assert config.threshold == pytest.approx(min(slices.values()))
-    assert saved["operating_points"] == pytest.approx(config.operating_points)
+    # each point: its slice alone keeps the target; where it shares the checkpoint's floor, its
+    # threshold is that slice's own under the checkpoint's rule
+    for name, key in (("test", "as_is"), ("blogs", "source:blogs")):
+        if points[name]["relative_floor"] == config.relative_floor:
+            assert points[name]["threshold"] == pytest.approx(slices[key])
     assert "| `blogs` |" in (out / "README.md").read_text()
     pruner = ContextPruner.from_pretrained(out)
     passages = [SENTS[0] + " " + SENTS[1]]
-    for name, value in config.operating_points.items():
-        assert pruner.prune("question 1?", passages, operating_point=name).threshold == pytest.approx(value)
+    for name, point in points.items():
+        params = pruner.selection_params(operating_point=name)
+        assert (params.threshold, params.relative_floor) == (
+            pytest.approx(point["threshold"]),
+            point["relative_floor"],
+        )
+        assert pruner.prune("question 1?", passages, operating_point=name).threshold == pytest.approx(
+            point["threshold"]
+        )
     assert pruner.prune("question 1?", passages).threshold == pytest.approx(config.threshold)
     with pytest.raises(ValueError, match="'nq' is not one of .* it has: blogs, test"):
         pruner.prune("question 1?", passages, operating_point="nq")
     with pytest.raises(ValueError, match="threshold or operating_point, not both"):
         pruner.prune("question 1?", passages, operating_point="blogs", threshold=0.99)
+    other = 0.5 if points["blogs"]["relative_floor"] != 0.5 else 0.2
+    with pytest.raises(ValueError, match="leave relative_floor out"):
+        pruner.prune("question 1?", passages, operating_point="blogs", relative_floor=other)
 
 
 def test_calibration_bf16_scores_calibration_and_report_under_autocast(
