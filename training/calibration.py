@@ -145,16 +145,33 @@ def _dev_name(dev: list[dict]) -> str:
     return names.pop() if len(names) == 1 else "dev"
 
 
+# a source's own operating point is fitted on its calibration queries alone: with fewer than this
+# many that have evidence, the kept share's 95% interval is wider than about +-0.03 at 0.95 and
+# the point would promise what its groups cannot show (docs/bring-your-own-corpus.md)
+MIN_POINT_QUERIES = 200
+
+
+def _queries(groups) -> int:
+    return sum(g.has_evidence for g in groups)
+
+
 def _operating_points(slices, per_slice: dict, dev_name: str, floors, aim: float, c, exponent: float):
     """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent: each
     calibration source's own (the pair that keeps ``aim`` on that source alone with the most
     cross-validated compression, as the checkpoint's own is chosen) and the dev data's (its groups
-    and their shifted copies together). Slices without evidence (passage labels only) name none;
-    None without slices."""
+    and their shifted copies together). Slices without evidence (passage labels only) and sources
+    with fewer than ``MIN_POINT_QUERIES`` queries with evidence name none; None without slices."""
     if not per_slice:
         return None
     live = [k for k in per_slice if any(g.has_evidence for g in slices[k])]
-    named = {k[7:]: {k: slices[k]} for k in live if k.startswith("source:")}
+    small = [k for k in live if k.startswith("source:") and _queries(slices[k]) < MIN_POINT_QUERIES]
+    if small:
+        logger.info(
+            "  no named operating point for "
+            + ", ".join(f"{k[7:]} ({_queries(slices[k])} calibration queries with evidence)" for k in small)
+            + f": a point needs {MIN_POINT_QUERIES}"
+        )
+    named = {k[7:]: {k: slices[k]} for k in live if k.startswith("source:") and k not in small}
     own = {k: slices[k] for k in live if not k.startswith("source:")}
     if own:
         named["dev" if dev_name in named else dev_name] = own

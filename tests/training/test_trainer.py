@@ -54,8 +54,13 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     assert r.stats.sentences_in == 2
 
 
-def test_calibration_names_an_operating_point_per_source(tmp_path, data_files, tiny_model, bert_tokenizer):
+def test_calibration_names_an_operating_point_per_source(
+    tmp_path, data_files, tiny_model, bert_tokenizer, monkeypatch
+):
     from pruner_model.inference import ContextPruner
+    from pruner_model.training import calibration
+
+    monkeypatch.setattr(calibration, "MIN_POINT_QUERIES", 1)  # the tiny source counts as enough
 
     from tests.training.helpers import make_records
 
@@ -99,6 +104,38 @@ def test_calibration_names_an_operating_point_per_source(tmp_path, data_files, t
     other = 0.5 if points["blogs"]["relative_floor"] != 0.5 else 0.2
     with pytest.raises(ValueError, match="leave relative_floor out"):
         pruner.prune("question 1?", passages, operating_point="blogs", relative_floor=other)
+
+
+def test_a_source_with_few_calibration_queries_gets_no_named_point():
+    import numpy as np
+    from pruner_model.core.score_rules import relative_scores
+    from pruner_model.evaluation.metrics import ScoredGroup
+    from pruner_model.training.calibration import MIN_POINT_QUERIES, _operating_points
+    from pruner_model.training.config import CalibrationSection
+
+    rng = np.random.default_rng(0)
+
+    def groups(n, scale):  # one answer unit among four, its score scaled per source
+        out = []
+        for _ in range(n):
+            scores = rng.uniform(0, 0.1, 4)
+            scores[0] = scale * rng.uniform(0.2, 1.0)
+            out.append(ScoredGroup(scores, np.array([True, False, False, False]), np.full(4, 5)))
+        return out
+
+    slices = {
+        "as_is": groups(300, 1.0),
+        "source:big": groups(MIN_POINT_QUERIES, 0.5),
+        "source:small": groups(MIN_POINT_QUERIES - 1, 0.5),
+        "source:blogs": [ScoredGroup(np.ones(2), np.zeros(2, bool), np.ones(2))] * 300,  # no evidence
+    }
+    c = CalibrationSection()
+    points = _operating_points(slices, dict.fromkeys(slices, 0.1), "squad", [None, 0.1], 0.95, c, 0.0)
+    assert set(points) == {"squad", "big"}
+    for name, key in (("squad", "as_is"), ("big", "source:big")):  # each keeps the target on its own slice
+        floor, t = points[name]["relative_floor"], points[name]["threshold"]
+        kept = [relative_scores(g.scores, floor)[0] >= t for g in slices[key]]
+        assert np.mean(kept) >= 0.95
 
 
 def test_calibration_bf16_scores_calibration_and_report_under_autocast(
