@@ -204,6 +204,13 @@ def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monke
         )
         == 0
     )
+    assert (
+        main(
+            [*evaluate, "--baselines", "none", "--target-evidence", "0.6", "--write-operating-point", "mine"]
+        )
+        == 0
+    )
+    point = json.loads((ckpt / "config.json").read_text())["operating_points"]["mine"]
     capsys.readouterr()
     out = tmp_path / "export"
     argv = [
@@ -228,6 +235,14 @@ def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monke
     assert ContextPruner.from_pretrained(out, quantized=True).config.threshold == pytest.approx(
         report["int8_threshold"]
     )
+    # the export keeps the named point for the fp32 graph; the int8 graph, with its own threshold, has none
+    fp32 = ContextPruner.from_pretrained(out).selection_params(operating_point="mine")
+    assert (fp32.threshold, fp32.relative_floor) == (
+        pytest.approx(point["threshold"]),
+        point["relative_floor"],
+    )
+    with pytest.raises(ValueError, match="it has none"):
+        ContextPruner.from_pretrained(out, quantized=True).selection_params(operating_point="mine")
     # an int8 model that loses too much is refused with one line, and only fp32 stays
     monkeypatch.setattr(ox, "INT8_MAX_COMPRESSION_LOSS", -1.0)
     out2 = tmp_path / "export2"
