@@ -157,7 +157,8 @@ class SelectionParams:
             else self.uncertain_below,
         }
         if self.summarize and self.summary_threshold is None:
-            calibrated = getattr(config, "summary_threshold", None)
+            # the calibrated middle tier is on the checkpoint's own scale, not a named point's
+            calibrated = None if self.operating_point else getattr(config, "summary_threshold", None)
             resolved["summary_threshold"] = (
                 calibrated if calibrated is not None else resolved["threshold"] / 4
             )

@@ -85,7 +85,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
     mc.operating_points = _operating_points(
-        slices, per_slice, _dev_name(dev), floors, aim, c, mc.relevance_exponent
+        slices, per_slice, _dev_name(dev), floors, aim, c, mc.relevance_exponent, quiet
     )
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
@@ -155,7 +155,9 @@ def _queries(groups) -> int:
     return sum(g.has_evidence for g in groups)
 
 
-def _operating_points(slices, per_slice: dict, dev_name: str, floors, aim: float, c, exponent: float):
+def _operating_points(
+    slices, per_slice: dict, dev_name: str, floors, aim: float, c, exponent: float, quiet: bool = True
+):
     """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent: each
     calibration source's own (the pair that keeps ``aim`` on that source alone with the most
     cross-validated compression, as the checkpoint's own is chosen) and the dev data's (its groups
@@ -165,7 +167,7 @@ def _operating_points(slices, per_slice: dict, dev_name: str, floors, aim: float
         return None
     live = [k for k in per_slice if any(g.has_evidence for g in slices[k])]
     small = [k for k in live if k.startswith("source:") and _queries(slices[k]) < MIN_POINT_QUERIES]
-    if small:
+    if small and not quiet:
         logger.info(
             "  no named operating point for "
             + ", ".join(f"{k[7:]} ({_queries(slices[k])} calibration queries with evidence)" for k in small)

@@ -96,6 +96,10 @@ def test_calibration_names_an_operating_point_per_source(
         assert pruner.prune("question 1?", passages, operating_point=name).threshold == pytest.approx(
             point["threshold"]
         )
+        # tiered compression's middle tier: the calibrated edge (set here) is on the checkpoint's own scale
+        assert config.summary_threshold is not None
+        tiered = pruner.selection_params(operating_point=name, summarize=True)
+        assert tiered.summary_threshold == pytest.approx(point["threshold"] / 4)
     assert pruner.prune("question 1?", passages).threshold == pytest.approx(config.threshold)
     with pytest.raises(ValueError, match="'nq' is not one of .* it has: blogs, test"):
         pruner.prune("question 1?", passages, operating_point="nq")
