@@ -85,7 +85,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
     mc.operating_points = _operating_points(
-        slices, per_slice, _dev_name(dev), floors, aim, c, mc.relevance_exponent, quiet
+        slices, _dev_name(dev), floors, aim, c, mc.relevance_exponent, quiet
     )
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
@@ -155,17 +155,16 @@ def _queries(groups) -> int:
     return sum(g.has_evidence for g in groups)
 
 
-def _operating_points(
-    slices, per_slice: dict, dev_name: str, floors, aim: float, c, exponent: float, quiet: bool = True
-):
+def _operating_points(slices, dev_name: str, floors, aim: float, c, exponent: float, quiet: bool = True):
     """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent: each
     calibration source's own (the pair that keeps ``aim`` on that source alone with the most
     cross-validated compression, as the checkpoint's own is chosen) and the dev data's (its groups
     and their shifted copies together). Slices without evidence (passage labels only) and sources
-    with fewer than ``MIN_POINT_QUERIES`` queries with evidence name none; None without slices."""
-    if not per_slice:
+    with fewer than ``MIN_POINT_QUERIES`` queries with evidence name none; None when ``slices`` is
+    one list of groups (no shifted copies, no calibration sources)."""
+    if not isinstance(slices, dict):
         return None
-    live = [k for k in per_slice if any(g.has_evidence for g in slices[k])]
+    live = [k for k, gs in slices.items() if _queries(gs)]
     small = [k for k in live if k.startswith("source:") and _queries(slices[k]) < MIN_POINT_QUERIES]
     if small and not quiet:
         logger.info(
