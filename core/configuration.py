@@ -154,6 +154,26 @@ def check_fits(config: PrunerConfig, tokenizer=None, where: str = "the checkpoin
         )
 
 
+# an operating point's name: what `operating_point=` names in a request, the CLI and config.json
+POINT_NAME_MAX_CHARS = 40
+
+
+def is_point_name(name) -> bool:
+    """A non-blank string of at most :data:`POINT_NAME_MAX_CHARS` characters."""
+    return isinstance(name, str) and bool(name.strip()) and len(name) <= POINT_NAME_MAX_CHARS
+
+
+def save_config(cfg, model_dir) -> None:
+    """``cfg`` into ``model_dir/config.json`` as ``save_pretrained`` writes it, renamed into place
+    only once written whole (an interrupted write leaves the old file)."""
+    from pathlib import Path
+
+    from pruner_model.core.records import atomic_path
+
+    with atomic_path(Path(model_dir) / "config.json") as tmp:
+        cfg.to_json_file(tmp, use_diff=True)
+
+
 def check_operating_points(points) -> None:
     """``points``: None or ``{name: {"threshold": t, "relative_floor": f}}``: short non-empty names,
     thresholds in [0, 1], floors None or in (0, 1]."""
@@ -164,8 +184,10 @@ def check_operating_points(points) -> None:
             f"operating_points in the checkpoint's config must map names to points, got {points!r}"
         )
     for name, point in points.items():
-        if not isinstance(name, str) or not name.strip() or len(name) > 40:
-            raise ValueError(f"operating_points: a name must be a short string, got {name!r}")
+        if not is_point_name(name):
+            raise ValueError(
+                f"operating_points: a name must be a string of 1-{POINT_NAME_MAX_CHARS} characters, got {name!r}"
+            )
         if not isinstance(point, dict) or set(point) != {"threshold", "relative_floor"}:
             raise ValueError(
                 f"operating_points[{name!r}] must be {{'threshold': t, 'relative_floor': f}}, got {point!r}"

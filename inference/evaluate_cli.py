@@ -138,8 +138,12 @@ def _check_arguments(args) -> dict:
                 "--write-operating-point stores a full-precision threshold from one report: not with "
                 "--write-threshold, --by-source or --quantized"
             )
-        if not name.strip() or len(name) > 40:
-            raise ValueError(f"--write-operating-point needs a short name, got {name!r}")
+        from pruner_model.core.configuration import POINT_NAME_MAX_CHARS, is_point_name
+
+        if not is_point_name(name):
+            raise ValueError(
+                f"--write-operating-point needs a name of 1-{POINT_NAME_MAX_CHARS} characters, got {name!r}"
+            )
     if args.slice is not None:  # the slice is built from the selected groups: evaluate all of it
         return {"baselines": baselines, "budgets": budgets}
     return {
@@ -226,12 +230,14 @@ def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
     """The recommended threshold (on the checkpoint's relative floor, as the report measured it)
     into the folder's config.json as the named operating point ``name`` (replacing one of that
     name); the checkpoint's own threshold is left as it is."""
+    from pruner_model.core.configuration import save_config
+
     from pruner_model import PrunerConfig
 
     cfg = PrunerConfig.from_pretrained(str(model_dir))
     point = {"threshold": value, "relative_floor": cfg.relative_floor}
     cfg.operating_points = {**(cfg.operating_points or {}), name: point}
-    cfg.save_pretrained(str(model_dir))
+    save_config(cfg, model_dir)
     print(
         f"wrote operating point {name!r} = {value:.4f} into {model_dir / 'config.json'} "
         f"(prune(..., operating_point={name!r}))",
@@ -242,13 +248,15 @@ def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
 def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:
     """The recommended threshold into the folder's config.json, with the target it keeps; the
     threshold was measured on this backend's scores, so int8 scores get the int8 threshold."""
+    from pruner_model.core.configuration import save_config
+
     from pruner_model import PrunerConfig
 
     cfg = PrunerConfig.from_pretrained(str(model_dir))
     key = "int8_threshold" if pruner.precision == "int8" else "threshold"
     setattr(cfg, key, value)
     cfg.target_evidence = target
-    cfg.save_pretrained(str(model_dir))
+    save_config(cfg, model_dir)
     print(
         f"wrote {key} {value:.4f} (evidence target {target}) into {model_dir / 'config.json'}",
         file=sys.stderr,

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from pruner_model.core.configuration import save_config
 from pruner_model.core.records import atomic_path, current_umask
 from pruner_model.core.scoring import pad_rows, pad_value
 
@@ -361,7 +362,7 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
     if ok:
         cfg = PrunerConfig.from_pretrained(str(output_dir))
         cfg.int8_threshold = t8
-        cfg.save_pretrained(str(output_dir))
+        save_config(cfg, output_dir)
     else:
         report["int8_refused"] = (
             f"int8 at its own threshold keeps evidence {int8['evidence_preserved']:.3f} / compression "

@@ -205,8 +205,10 @@ def _check_knob(f, value) -> None:
     if kind == "patterns":
         return
     if kind == "name":
-        if not isinstance(value, str) or not value.strip() or len(value) > 40:
-            raise ValueError(f"{name} must be a short name, got {value!r}")
+        from pruner_model.core.configuration import POINT_NAME_MAX_CHARS, is_point_name
+
+        if not is_point_name(value):
+            raise ValueError(f"{name} must be a name of 1-{POINT_NAME_MAX_CHARS} characters, got {value!r}")
         return
     if kind == "tokenizer":
         from pruner_model.inference.budget import check_budget_tokenizer
