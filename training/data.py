@@ -106,6 +106,17 @@ def read_records(
                     record["meta"][key] = meta[key]
             records.append(record)
     if mix is not None:
+        found = sorted({r["meta"]["source"] for r in records})
+        missing = sorted(set(mix) - set(found))
+        if missing:
+            raise RecordError(
+                f"data.mix names source {missing[0]!r}, which no record of {', '.join(report.files)} has "
+                f"(sources there: {', '.join(found) or 'none'}): give its file in data.train, or leave it "
+                "out of data.mix (or remove data.mix to train on every record)"
+            )
+        left_out = sum(r["meta"]["source"] not in mix for r in records)
+        if left_out:
+            report.dropped["source not in data.mix"] = left_out
         records = [r for r in records if r["meta"]["source"] in mix]
     if max_groups is not None:
         if mix is None:

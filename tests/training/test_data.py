@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from pruner_model.core.records import RecordError
 from pruner_model.evaluation.shifts import low_overlap_groups
 from pruner_model.training.config import ConfigError, load_config
 from pruner_model.training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
@@ -89,6 +90,11 @@ def test_mix_draws_groups_by_source_weight_and_leaves_unweighted_sources_out(tmp
     groups = {r["meta"]["group"]: r["meta"]["source"] for r in out}
     assert sorted(groups.values()).count("a") == 15 and sorted(groups.values()).count("b") == 5
     assert report.groups == 20
+    assert report.dropped == {"source not in data.mix": 20}  # source c's 10 groups of 2 records
+    with pytest.raises(
+        RecordError, match=r"data.mix names source 'nq', which no record .* \(sources there: a, b, c\)"
+    ):
+        read_records([str(f)], max_groups=20, mix={"a": 3, "nq": 1})
     with pytest.raises(ConfigError, match="data.mix.b must be a weight > 0"):
         load_config(None, ["data.max_train_groups=10", "data.mix={a: 1, b: 0}"])
     with pytest.raises(ConfigError, match="set both"):
