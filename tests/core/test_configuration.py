@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from pruner_model import PrunerConfig
 from pruner_model.core.configuration import (
     POINT_NAME_MAX_CHARS,
     check_operating_points,
     is_point_name,
     save_config,
 )
+
+from pruner_model import PrunerConfig
 
 
 def test_a_point_name_is_a_non_blank_string_up_to_the_limit():
@@ -23,7 +23,9 @@ def test_a_point_name_is_a_non_blank_string_up_to_the_limit():
         check_operating_points({"x" * (POINT_NAME_MAX_CHARS + 1): {"threshold": 0.1, "relative_floor": None}})
 
 
-def test_save_config_writes_what_save_pretrained_writes_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+def test_save_config_writes_what_save_pretrained_writes_and_keeps_the_old_file_on_failure(
+    tmp_path, monkeypatch
+):
     cfg = PrunerConfig(threshold=0.25, operating_points={"nq": {"threshold": 0.5, "relative_floor": 0.01}})
     (tmp_path / "a").mkdir()
     cfg.save_pretrained(str(tmp_path / "a"))
