@@ -152,6 +152,8 @@ def evaluate_sources(
     by_source = records_by_source(with_roles(records))
     stop = None if max_groups is None else start + max_groups
     promised = float(getattr(cfg, "target_evidence", None) or 0.95)
+    exponent = getattr(cfg, "relevance_exponent", 0.0)
+    floor = getattr(cfg, "relative_floor", None)
     out = {}
     for src in sorted(by_source):
         groups = load_range(
@@ -160,13 +162,13 @@ def evaluate_sources(
         if not groups:
             continue
         raw = score_groups(pruner, groups, progress=progress).groups
-        scored = with_score_rules(
-            raw, getattr(cfg, "relevance_exponent", 0.0), getattr(cfg, "relative_floor", None)
-        )
+        scored = with_score_rules(raw, exponent, floor)
         out[src] = source_metrics(groups, scored, float(cfg.threshold), promised)
         point = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
         if point is not None and out[src]["queries_with_evidence"]:
-            at = with_score_rules(raw, getattr(cfg, "relevance_exponent", 0.0), point["relative_floor"])
+            # a point on the checkpoint's own floor is scored as the checkpoint's threshold was
+            same = point["relative_floor"] == floor
+            at = scored if same else with_score_rules(raw, exponent, point["relative_floor"])
             out[src]["at_operating_point"] = _at(at, float(point["threshold"]), promised)
     return out
 
