@@ -109,8 +109,6 @@ class Trainer:
                 "another --output"
             )
         self.accelerator.wait_for_everyone()  # every rank checked before rank 0 creates anything
-        if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
         if self.model is None:
             self.model, self.tokenizer = build_model(self.cfg)
         if t.freeze_word_embeddings:
@@ -148,7 +146,8 @@ class Trainer:
             if not self.quiet:
                 s = self.state
                 logger.info(f"resumed at step {s['step']} (epoch {s['epoch']}, batch {s['batch_in_epoch']})")
-        if self.is_main:
+        if self.is_main:  # the run folder appears only once the model and data are set up
+            self.out.mkdir(parents=True, exist_ok=True)
             with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
                 yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from pruner_model.core.records import RecordError
 from pruner_model.training.config import ConfigError, load_config
 from pruner_model.training.data import read_records
 from pruner_model.training.trainer import train
@@ -317,6 +318,13 @@ def test_refuses_to_overwrite_a_run(tmp_path, data_files, tiny_model, bert_token
     train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
     with pytest.raises(FileExistsError):
         train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+
+
+def test_bad_training_data_leaves_no_run_folder(tmp_path, data_files, tiny_model, bert_tokenizer):
+    cfg = tiny_cfg(data_files, **{"data.max_train_groups": 4, "data.mix": "{blogs: 1}"})
+    with pytest.raises(RecordError, match="data.mix names source 'blogs'"):
+        train(cfg, tmp_path / "r", model=tiny_model, tokenizer=bert_tokenizer, quiet=True)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "r.trainer").exists()
 
 
 def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_path, tiny_model, monkeypatch):
