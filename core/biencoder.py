@@ -17,7 +17,9 @@ import numpy as np
 class BiEncoder:
     """Unit-length embeddings of texts from a sentence-transformers encoder folder (default: the
     bundled all-MiniLM-L6-v2). Texts are batched by length so that short sentences are not padded
-    to long ones; ``precision`` is ``"fp32"`` or a resolved ``"bf16"`` (autocast on ``device``)."""
+    to long ones; ``precision`` is ``"fp32"`` or a resolved ``"bf16"`` (autocast on ``device``).
+    ``query_prefix`` and ``passage_prefix`` are prepended to the queries and texts of
+    :meth:`sentence_cosines` (E5 encoders were trained with ``"query: "`` and ``"passage: "``)."""
 
     def __init__(
         self,
@@ -26,6 +28,8 @@ class BiEncoder:
         max_length: int = 256,
         precision: str = "fp32",
         device: str = "cpu",
+        query_prefix: str = "",
+        passage_prefix: str = "",
     ):
         from transformers import AutoModel, AutoTokenizer
 
@@ -39,6 +43,8 @@ class BiEncoder:
         self.batch_size = batch_size
         self.max_length = max_length
         self.precision = precision
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """``[len(texts), hidden]`` float32, each row of unit length."""
@@ -74,6 +80,8 @@ class BiEncoder:
     def sentence_cosines(self, queries: Sequence[str], units: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """For each query, the cosine (in [-1, 1]) of each of its texts ``units[i]``: one call
         embeds every distinct query and text once, so batches stay full."""
+        queries = [self.query_prefix + q for q in queries]
+        units = [[self.passage_prefix + t for t in us] for us in units]
         index: dict[str, int] = {}  # each distinct text embedded once (a query has several passages)
         for t in [*queries, *(t for us in units for t in us)]:
             index.setdefault(t, len(index))

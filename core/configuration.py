@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pruner_model.core.score_rules import check_relative_floor, check_relevance_exponent
+from pruner_model.core.score_rules import (
+    check_relative_floor,
+    check_relevance_contrast,
+    check_relevance_exponent,
+)
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
@@ -33,6 +37,9 @@ class PrunerConfig(PreTrainedConfig):
     # is clearly relevant drops its weak sentences harder; calibration picks f (or None) on dev data
     relevance_exponent: float = 0.0  # sentence score = token-head score x passage relevance ** this
     # (0: the token head alone); calibration may pick a value on dev data
+    relevance_contrast: float = 0.0  # before weighting, each passage's relevance is set against the
+    # request's best: sigmoid(logit r + c (logit r - max logit r)); 0 = the head's probabilities as
+    # they are (core/score_rules.py). Set by calibration (calibration.relevance_contrast)
     head_dropout: float = 0.1  # dropout before both heads; 0.1 is the usual fine-tuning value
     relevance_loss_weight: float = 0.5  # weight of the passage relevance BCE in the total loss
     sentence_loss_weight: float = 0.0  # weight of the sentence ranking loss (training only: each
@@ -95,6 +102,7 @@ class PrunerConfig(PreTrainedConfig):
         check_operating_points(self.operating_points)
         check_relative_floor(self.relative_floor)
         check_relevance_exponent(self.relevance_exponent)
+        check_relevance_contrast(self.relevance_contrast)
         if self.max_length < 16:
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if not 0 <= self.stride < self.max_length // 2:

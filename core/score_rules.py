@@ -1,6 +1,7 @@
 """How sentence scores become the scores a threshold is compared with: relative to the query's best
-sentence (a relative floor) and weighted by the passage relevance head. Inference, calibration and
-config validation apply the same rules."""
+sentence (a relative floor) and weighted by the passage relevance head, whose probabilities may be
+set against the request's best passage (a relevance contrast). Inference, calibration and config
+validation apply the same rules."""
 
 from __future__ import annotations
 
@@ -52,3 +53,35 @@ def relevance_weighted(scores: np.ndarray, relevance: np.ndarray | float, expone
     if exponent == 0:
         return scores
     return scores * np.power(np.clip(np.asarray(relevance, dtype=np.float64), 0.0, 1.0), exponent)
+
+
+MAX_RELEVANCE_CONTRAST = 8.0
+
+
+def check_relevance_contrast(contrast: float) -> None:
+    if (
+        isinstance(contrast, bool)
+        or not isinstance(contrast, (int, float))
+        or not 0.0 <= contrast <= MAX_RELEVANCE_CONTRAST
+    ):
+        raise ValueError(
+            f"relevance_contrast must be a number in [0, {MAX_RELEVANCE_CONTRAST:g}], got {contrast!r}"
+        )
+
+
+def contrasted_relevance(relevance: np.ndarray, contrast: float) -> np.ndarray:
+    """The relevance probabilities of one request's passages (one per passage, or one per unit)
+    set against the request's best: ``sigmoid(logit(r) + contrast * (logit(r) - max logit(r)))``.
+    The best passage keeps its probability; a passage the head rates far below it falls further,
+    so its sentences need higher token scores to be kept. A request with one passage, or
+    ``contrast`` 0, is unchanged.
+
+    >>> contrasted_relevance(np.array([0.9, 0.5, 0.1]), 1.0).round(4).tolist()
+    [0.9, 0.1, 0.0014]
+    """
+    check_relevance_contrast(contrast)
+    r = np.asarray(relevance, dtype=np.float64)
+    if contrast == 0 or not r.size:
+        return r
+    z = np.log(np.clip(r, 1e-12, 1.0)) - np.log1p(-np.clip(r, 0.0, 1.0 - 1e-12))
+    return 1.0 / (1.0 + np.exp(-(z + contrast * (z - z.max()))))

@@ -25,6 +25,22 @@ def calibrate_threshold(groups: list[ScoredGroup], target: float, confidence: fl
     return float(np.clip(crit[need - 1], 0.0, 1.0))
 
 
+CHOOSE_BY = ("threshold", "curve")
+
+
+def curve_compression(
+    slices: list[list[ScoredGroup]], target: float, confidence: float | None = None
+) -> float | None:
+    """The mean over slices with evidence of each slice's compression at its own threshold for
+    ``target`` (:func:`calibrate_threshold`); None when no slice has evidence."""
+    out = [
+        metrics_at(gs, calibrate_threshold(gs, target, confidence))["compression"]
+        for gs in slices
+        if any(g.has_evidence for g in gs)
+    ]
+    return float(np.mean(out)) if out else None
+
+
 def slices_threshold(
     slices: list[list[ScoredGroup]],
     target: float,
@@ -97,6 +113,8 @@ def calibrate_operating_point(
     exponents: list[float] | tuple[float, ...] = (0.0,),
     confidence: float | None = None,
     tolerance: float = 0.0,
+    contrast: float = 0.0,
+    choose_by: str = "threshold",
 ) -> tuple[float | None, float, dict]:
     """The ``(relative_floor, threshold)`` pair, among ``floors`` (None = absolute scores), with the
     highest compression at evidence preserved ``>= target``; also its metrics on ``groups``.
@@ -107,7 +125,8 @@ def calibrate_operating_point(
     under ``"candidates"``. Ties go to the earlier candidate.
 
     ``exponents`` are relevance exponents (:func:`relevance_weighted`) tried with every floor; the
-    chosen one is ``metrics["relevance_exponent"]``.
+    chosen one is ``metrics["relevance_exponent"]``; ``contrast`` sets each group's relevance
+    against its best passage first (:func:`contrasted_relevance`).
 
     ``confidence`` calibrates every threshold so that new queries keep ``>= target`` with that
     confidence, given how many queries with evidence each slice has (:func:`required_kept`).
@@ -117,7 +136,16 @@ def calibrate_operating_point(
     (:func:`slices_threshold`), candidates are compared by the compression of all slices' groups
     at that threshold, and ``metrics["slice_thresholds"]`` holds the chosen candidate's per slice.
     ``tolerance``: each slice need only keep ``target - tolerance`` (:func:`slices_threshold`).
+
+    ``choose_by="curve"`` ranks the candidates instead by how much each slice compresses at its
+    own threshold for ``target`` (the mean over slices with evidence, in-sample): the rule that
+    orders sentences best within each kind of text, which is what a threshold calibrated on a
+    user's own data, or a named operating point, gets; the threshold is still the one that meets
+    the target on every slice. ``"threshold"`` (the default) ranks them by the compression at that
+    one threshold.
     """
+    if choose_by not in CHOOSE_BY:
+        raise ValueError(f"choose_by must be one of {', '.join(CHOOSE_BY)}, got {choose_by!r}")
     if not floors:
         raise ValueError("floors must name at least one candidate (None = absolute scores)")
     if not exponents:
@@ -128,20 +156,25 @@ def calibrate_operating_point(
     )
     best, table = None, []
     for exponent in exponents:
-        weighted = {k: weighted_groups(gs, exponent) for k, gs in named.items()}
+        weighted = {k: weighted_groups(gs, exponent, contrast) for k, gs in named.items()}
         for floor in floors:
             rel = {k: relative_groups(gs, floor) for k, gs in weighted.items()}
             t = slices_threshold(list(rel.values()), target, confidence, tolerance)
             m = metrics_at([g for gs in rel.values() for g in gs], t)
             row = {"relevance_exponent": exponent, "relative_floor": floor, "threshold": t}
             row["compression"] = m["compression"]
+            if choose_by == "curve":
+                row["curve_compression"] = curve_compression(list(rel.values()), target, confidence)
             if use_cv:  # rel is already relative to ``floor``
                 cv = cross_validate(
                     list(rel.values()), target, None, folds, confidence=confidence, tolerance=tolerance
                 )
                 row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
             table.append(row)
-            score = row["cv_compression"] if use_cv else row["compression"]
+            if choose_by == "curve":  # no slice with evidence: every candidate ties, the first wins
+                score = row["curve_compression"] if row["curve_compression"] is not None else -1.0
+            else:
+                score = row["cv_compression"] if use_cv else row["compression"]
             if best is None or score > best[0] + 1e-12:
                 per = {k: calibrate_threshold(gs, target, confidence) for k, gs in rel.items()}
                 best = (score, exponent, floor, t, m, per)

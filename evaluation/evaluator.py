@@ -39,14 +39,16 @@ def dev_metrics(
     target: float,
     relative_floor: float | None = None,
     relevance_exponent: float = 0.0,
+    relevance_contrast: float = 0.0,
 ) -> dict:
     """Metrics at ``threshold`` (on relevance-weighted scores when ``relevance_exponent`` > 0, then
     relative ones when ``relative_floor`` is set), plus the best compression reachable at the
     evidence ``target`` on these groups (an in-sample figure)."""
-    groups = with_score_rules(groups, relevance_exponent, relative_floor)
+    groups = with_score_rules(groups, relevance_exponent, relative_floor, relevance_contrast)
     m = metrics_at(groups, threshold)
     m["relative_floor"] = relative_floor
     m["relevance_exponent"] = relevance_exponent
+    m["relevance_contrast"] = relevance_contrast
     t = calibrate_threshold(groups, target)
     at_target = metrics_at(groups, t)
     m.update(
@@ -58,10 +60,13 @@ def dev_metrics(
     return m
 
 
-def with_score_rules(groups: list[ScoredGroup], exponent: float, floor: float | None) -> list[ScoredGroup]:
-    """The scores a checkpoint's threshold is compared with: weighted by passage relevance, then
-    relative to each query's best unit (:mod:`pruner_model.core.score_rules`)."""
-    return relative_groups(weighted_groups(groups, exponent), floor)
+def with_score_rules(
+    groups: list[ScoredGroup], exponent: float, floor: float | None, contrast: float = 0.0
+) -> list[ScoredGroup]:
+    """The scores a checkpoint's threshold is compared with: weighted by passage relevance (set
+    against the query's best passage with ``contrast``), then relative to each query's best unit
+    (:mod:`pruner_model.core.score_rules`)."""
+    return relative_groups(weighted_groups(groups, exponent, contrast), floor)
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,8 @@ class Evaluator:
         """The model's unit scores under its own score rules (relevance weighting)."""
         scored = score_groups(pruner, groups, progress=self.progress_factory is not None)
         exponent = getattr(pruner.config, "relevance_exponent", 0.0)
-        return weighted_groups(scored.groups, exponent), scored.seconds
+        contrast = getattr(pruner.config, "relevance_contrast", 0.0)
+        return weighted_groups(scored.groups, exponent, contrast), scored.seconds
 
     def _systems(self, cfg, groups, raw: list[ScoredGroup]) -> dict[str, list[ScoredGroup]]:
         floor = getattr(cfg, "relative_floor", None)
@@ -167,6 +173,7 @@ class Evaluator:
             "confidence": self.confidence,
             "relative_floor": getattr(cfg, "relative_floor", None),
             "relevance_exponent": getattr(cfg, "relevance_exponent", 0.0),
+            "relevance_contrast": getattr(cfg, "relevance_contrast", 0.0),
         }
 
     def _pipeline(self, pruner, groups, threshold: float) -> tuple[list[list[np.ndarray]], float]:

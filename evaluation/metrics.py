@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from pruner_model.core.score_rules import relative_scores, relevance_weighted
+from pruner_model.core.score_rules import contrasted_relevance, relative_scores, relevance_weighted
 
 
 @dataclass
@@ -111,14 +111,19 @@ def relative_groups(groups: list[ScoredGroup], floor: float | None) -> list[Scor
     return [dataclasses.replace(g, scores=relative_scores(g.scores, floor)) for g in groups]
 
 
-def weighted_groups(groups: list[ScoredGroup], exponent: float) -> list[ScoredGroup]:
-    """:func:`relevance_weighted` applied to each group (groups must carry ``relevance``)."""
+def weighted_groups(groups: list[ScoredGroup], exponent: float, contrast: float = 0.0) -> list[ScoredGroup]:
+    """:func:`relevance_weighted` applied to each group (groups must carry ``relevance``), the
+    relevance first set against the group's best passage when ``contrast`` > 0
+    (:func:`contrasted_relevance`: a group is one request)."""
     if exponent == 0:
         return groups
     if any(g.relevance is None for g in groups):
         raise ValueError("a relevance exponent needs groups scored with passage relevance")
     return [
-        dataclasses.replace(g, scores=relevance_weighted(g.scores, g.relevance, exponent)) for g in groups
+        dataclasses.replace(
+            g, scores=relevance_weighted(g.scores, contrasted_relevance(g.relevance, contrast), exponent)
+        )
+        for g in groups
     ]
 
 

@@ -63,6 +63,11 @@ def write_markdown(report: dict, path: Path) -> None:
         )
         + (
             f"; sentence scores times passage relevance^{report['relevance_exponent']}"
+            + (
+                f", relevance set against the query's best passage (contrast {report['relevance_contrast']})"
+                if report.get("relevance_contrast")
+                else ""
+            )
             if report.get("relevance_exponent")
             else ""
         )

@@ -154,6 +154,7 @@ def evaluate_sources(
     promised = float(getattr(cfg, "target_evidence", None) or 0.95)
     exponent = getattr(cfg, "relevance_exponent", 0.0)
     floor = getattr(cfg, "relative_floor", None)
+    contrast = getattr(cfg, "relevance_contrast", 0.0)
     out = {}
     for src in sorted(by_source):
         groups = load_range(
@@ -162,13 +163,13 @@ def evaluate_sources(
         if not groups:
             continue
         raw = score_groups(pruner, groups, progress=progress).groups
-        scored = with_score_rules(raw, exponent, floor)
+        scored = with_score_rules(raw, exponent, floor, contrast)
         out[src] = source_metrics(groups, scored, float(cfg.threshold), promised)
         point = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
         if point is not None and out[src]["queries_with_evidence"]:
             # a point on the checkpoint's own floor is scored as the checkpoint's threshold was
             same = point["relative_floor"] == floor
-            at = scored if same else with_score_rules(raw, exponent, point["relative_floor"])
+            at = scored if same else with_score_rules(raw, exponent, point["relative_floor"], contrast)
             out[src]["at_operating_point"] = _at(at, float(point["threshold"]), promised)
     return out
 

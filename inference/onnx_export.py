@@ -343,7 +343,8 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
         pruner = ContextPruner(
             OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=quantized), tokenizer, config
         )
-        out[name] = with_score_rules(score_groups(pruner, labeled).groups, config.relevance_exponent, floor)
+        raw = score_groups(pruner, labeled).groups
+        out[name] = with_score_rules(raw, config.relevance_exponent, floor, config.relevance_contrast)
     fp32 = metrics_at(out["fp32"], config.threshold)
     t8 = calibrate_threshold(out["int8"], fp32["evidence_preserved"])
     int8 = metrics_at(out["int8"], t8)

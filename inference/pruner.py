@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 from pruner_model.core.alignment import count_tokens, unit_bounds
 from pruner_model.core.configuration import check_fits
-from pruner_model.core.score_rules import relevance_weighted
+from pruner_model.core.score_rules import contrasted_relevance, relevance_weighted
 from pruner_model.core.scoring import PairScores, score_pairs
 from pruner_model.inference.backends import Backend, TorchBackend
 from pruner_model.inference.budget import token_counter
@@ -226,7 +226,9 @@ class ContextPruner:
         query, prepared = self._prepare(PruneRequest(query, passages, _DEFAULT_PARAMS))
         scored, _ = self._score([query] * len(prepared), prepared)
         return PassageScores(
-            [s.scores for s in scored], np.array([s.relevance for s in scored]), [p.units for p in prepared]
+            [s.scores for s in self._weighted(scored)],
+            np.array([s.relevance for s in scored]),
+            [p.units for p in prepared],
         )
 
     def rank(
@@ -350,8 +352,8 @@ class ContextPruner:
         return check_query(request.query), passages
 
     def _score(self, queries: list[str], passages: list[PreparedPassage]) -> tuple[list[PairScores], float]:
-        """Every (query, passage) pair through the one scoring path; sentence scores weighted by
-        the passage relevance when the checkpoint has a relevance exponent."""
+        """Every (query, passage) pair through the one scoring path: the token head's sentence
+        scores and the passage relevance (weighted per request by :meth:`_weighted`)."""
         out = score_pairs(
             self.backend,
             self.tokenizer,
@@ -363,18 +365,32 @@ class ContextPruner:
             self.batch_size,
             self.progress_above,
         )
-        e = self.config.relevance_exponent
         for pair, passage in zip(out.pairs, passages):
             if (
                 not passage.units
             ):  # empty or whitespace: nothing to be relevant (the head scores the query alone)
                 pair.relevance = 0.0
-            pair.scores = relevance_weighted(pair.scores, pair.relevance, e)
         return out.pairs, out.encoder_seconds
+
+    def _weighted(self, pairs: list[PairScores | None]) -> list[PairScores | None]:
+        """One request's pairs (None: a passage with no units) with sentence scores weighted by
+        passage relevance when the checkpoint has a relevance exponent, the relevance first set
+        against the request's best passage when it has a contrast (core/score_rules.py). New
+        objects: a pair shared by several requests is weighted within each."""
+        e, c = self.config.relevance_exponent, self.config.relevance_contrast
+        live = [p for p in pairs if p is not None]
+        if not e or not live:
+            return pairs
+        rel = iter(contrasted_relevance(np.array([p.relevance for p in live]), c))
+        return [
+            None if p is None else replace(p, scores=relevance_weighted(p.scores, next(rel), e))
+            for p in pairs
+        ]
 
     def _select(self, query, passages, qi, by_pair, params: SelectionParams) -> PruneResult:
         """Selection over the units of one query's passages, then the typed result."""
-        units, starts, ends = _units(passages, [by_pair.get((qi, pi)) for pi in range(len(passages))])
+        pairs = self._weighted([by_pair.get((qi, pi)) for pi in range(len(passages))])
+        units, starts, ends = _units(passages, pairs)
         counter = token_counter(params.budget_tokenizer)
         if counter is not None:  # budgets and counts in the generator's tokens
             units.tokens = counter(units.texts)

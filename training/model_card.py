@@ -82,7 +82,7 @@ print(result.text, result.stats.compression)
 - base encoder: `{base}`
 - training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans){_mix(cfg)}
 - max length {config.max_length} tokens, stride {config.stride}; sentence ranking loss weight
-  {config.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`{_teacher(config)}
+  {config.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`{_teacher(cfg, config)}
 {_precision(metrics.get("precision"))}
 
 ## Operating point
@@ -117,7 +117,8 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
         )
     return (
         f"Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their "
-        f"evidence (relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)})"
+        f"evidence (relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)}, relevance contrast "
+        f"{getattr(config, 'relevance_contrast', 0.0)})"
         f"{shifted}, measured on dev groups that were not used to calibrate it:"
     )
 
@@ -141,14 +142,15 @@ source only: `pruner.prune(query, passages, operating_point="NAME")`.
 """
 
 
-def _teacher(config) -> str:
+def _teacher(cfg, config) -> str:
     """The relevance distillation teacher, when the run had one."""
     weight = getattr(config, "relevance_distill_weight", 0.0)
     if not weight:
         return ""
+    teacher = getattr(cfg.model, "relevance_teacher", None) or "the bundled all-MiniLM-L6-v2"
     return (
         f"\n- relevance distillation (weight {weight}, temperature {config.relevance_distill_temperature}):"
-        " each query's distractors ordered as the bundled all-MiniLM-L6-v2 bi-encoder orders them"
+        f" each query's distractors ordered as the {teacher} bi-encoder orders them"
     )
 
 

@@ -193,14 +193,16 @@ class Trainer:
         the relevance distillation teacher (``model.relevance_distill_weight``). Launched as several
         processes, each scores a contiguous share of the records and every process gathers all."""
         from accelerate.utils import gather_object
-        from pruner_model.core.biencoder import BiEncoder, passage_cosines
+        from pruner_model.core.biencoder import passage_cosines
+        from pruner_model.training.backbones import load_teacher
 
         t0 = time.perf_counter()
         mc = self.model.config
         n, rank = self.accelerator.num_processes, self.accelerator.process_index
         share = np.array_split(np.arange(len(records)), n)[rank]
         mine = [records[i] for i in share]
-        encoder = BiEncoder(precision=self.precision, device=str(self.accelerator.device))
+        teacher = self.cfg.model.relevance_teacher
+        encoder = load_teacher(teacher, precision=self.precision, device=str(self.accelerator.device))
         scores = passage_cosines(
             encoder,
             [r["query"] for r in mine],
@@ -213,7 +215,7 @@ class Trainer:
         if not self.quiet and self.is_main:
             split = f" (split over {n} processes)" if n > 1 else ""
             logger.info(
-                f"relevance teacher: the bundled bi-encoder scored {len(records)} passages "
+                f"relevance teacher: {teacher or 'the bundled all-MiniLM-L6-v2'} scored {len(records)} passages "
                 f"in {time.perf_counter() - t0:.0f} s{split}"
             )
         return scores

@@ -36,3 +36,14 @@ def test_a_passage_scores_its_best_sentence(encoder):
         0
     ]
     assert scores[0] == pytest.approx(float(alone[0]), abs=1e-4)  # the best sentence, not the passage mean
+
+
+def test_prefixes_go_on_queries_and_texts_and_change_the_cosines():
+    plain = BiEncoder(batch_size=3)
+    prefixed = BiEncoder(batch_size=3, query_prefix="query: ", passage_prefix="passage: ")
+    query, text = "Who wrote Hamlet?", "Who wrote Hamlet?"
+    assert plain.sentence_cosines([query], [[text]])[0][0] == pytest.approx(1.0, abs=1e-5)
+    got = prefixed.sentence_cosines([query], [[text]])[0][0]
+    q, t = prefixed.embed(["query: " + query, "passage: " + text])
+    assert got == pytest.approx(float(q @ t), abs=1e-5)
+    assert got < 0.999  # the two prefixes make the same words two different texts

@@ -140,3 +140,59 @@ def test_slice_tolerance_lets_the_pool_not_the_hardest_slice_set_the_threshold()
     assert t == pytest.approx(0.05)  # alone, the hard slice is the pool: it must keep 0.95
     with pytest.raises(ConfigError, match="slice_tolerance"):
         load_config(None, ["calibration.slice_tolerance=0.7"])
+
+
+def test_relevance_contrast_sets_each_group_against_its_best_passage():
+    # The distractor's relevance (0.4) is too close to the gold passage's (0.6) for relevance
+    # weighting alone to drop it at full evidence (0.8 x 0.4 > 0.5 x 0.6); set against the best
+    # passage it falls to 0.23 (0.8 x 0.23 < 0.30).
+    from pruner_model.core.score_rules import contrasted_relevance
+
+    tok = np.array([10, 10])
+    groups = [
+        ScoredGroup(np.array([0.5, 0.8]), np.array([True, False]), tok, relevance=np.array([0.6, 0.4]))
+        for _ in range(10)
+    ]
+    _, t0, plain = calibrate_operating_point(groups, 1.0, [None], exponents=[1.0])
+    _, t1, contrasted = calibrate_operating_point(groups, 1.0, [None], exponents=[1.0], contrast=1.0)
+    assert plain["compression"] == 0.0 and contrasted["compression"] == pytest.approx(0.5)
+    assert contrasted_relevance(np.array([0.6, 0.4]), 1.0)[1] == pytest.approx(0.2286, abs=1e-4)
+    assert contrasted_relevance(np.array([0.6, 0.4]), 1.0)[0] == pytest.approx(0.6)  # the best keeps its own
+    assert contrasted_relevance(np.array([0.3]), 4.0).tolist() == pytest.approx(
+        [0.3]
+    )  # one passage: unchanged
+    for bad in (-1.0, 9.0, True, "1"):
+        with pytest.raises(ValueError, match="relevance_contrast"):
+            contrasted_relevance(np.array([0.5]), bad)
+    with pytest.raises(ConfigError, match="relevance_contrast acts on relevance-weighted scores"):
+        load_config(None, ["calibration.relevance_contrast=1.0"])
+    cfg = load_config(None, ["calibration.relevance_contrast=1.0", "calibration.relevance_exponents=[1.0]"])
+    assert cfg.calibration.relevance_contrast == 1.0
+
+
+def test_choose_by_curve_takes_the_rule_under_which_each_slice_compresses_most_at_its_own_threshold():
+    from pruner_model.evaluation.calibration import curve_compression
+
+    tok = np.full(4, 10)
+    gold = np.array([True, False, False, False])
+    # slice a: two score scales (1 and 0.1), distractors at 0.4 of the gold; slice b: a distractor
+    # above the gold. Absolute scores: one threshold (0.09) compresses both slices more than the
+    # relative one (0.35, set by b) does, but within a, relative scores drop every distractor
+    a = [ScoredGroup(s * np.array([0.9, 0.36, 0.36, 0.36]), gold, tok) for s in (1.0, 0.1) * 10]
+    b = [ScoredGroup(np.array([0.35, 1.0, 0.01, 0.01]), gold, tok)] * 20
+    slices = {"as_is": a, "source:b": b}
+    floor, _, by_threshold = calibrate_operating_point(slices, 1.0, [None, 0.01])
+    assert floor is None and by_threshold["compression"] == pytest.approx(0.4375)
+    floor, t, by_curve = calibrate_operating_point(slices, 1.0, [None, 0.01], choose_by="curve")
+    assert floor == 0.01 and t == pytest.approx(0.35)
+    rows = {r["relative_floor"]: r for r in by_curve["candidates"]}
+    assert rows[None]["curve_compression"] == pytest.approx((0.375 + 0.5) / 2)
+    assert rows[0.01]["curve_compression"] == pytest.approx((0.75 + 0.5) / 2)
+    assert rows[0.01]["curve_compression"] == pytest.approx(
+        curve_compression([relative_groups(gs, 0.01) for gs in slices.values()], 1.0)
+    )
+    assert "curve_compression" not in by_threshold["candidates"][0]
+    with pytest.raises(ValueError, match="choose_by"):
+        calibrate_operating_point(slices, 0.9, [None], choose_by="best")
+    with pytest.raises(ConfigError, match="calibration.choose_by must be one of threshold, curve"):
+        load_config(None, ["calibration.choose_by=best"])

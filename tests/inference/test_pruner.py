@@ -80,6 +80,37 @@ def test_checkpoint_relevance_exponent_weights_sentence_scores(pruner):
         type(pruner.config)(relevance_exponent=-1.0)
 
 
+def test_relevance_contrast_weights_each_request_against_its_own_best_passage(pruner):
+    from pruner_model.core.score_rules import contrasted_relevance
+    from pruner_model.inference.requests import PruneRequest
+
+    def scored(r):
+        return [[(s.score, p.relevance) for s in p.sentences] for p in r.passages]
+
+    base = scored(pruner.prune("q?", PASSAGES[:2], threshold=0.0, dedup=False))
+    pruner.config.relevance_exponent, pruner.config.relevance_contrast = 1.0, 2.0
+    try:
+        both = scored(pruner.prune("q?", PASSAGES[:2], threshold=0.0, dedup=False))
+        alone = scored(pruner.prune("q?", PASSAGES[1:2], threshold=0.0, dedup=False))
+        params = pruner.selection_params(threshold=0.0, dedup=False)
+        # the same pair in two requests of one batch: weighted within each, encoded once
+        run = pruner.run(
+            [PruneRequest("q?", PASSAGES[:2], params), PruneRequest("q?", PASSAGES[1:2], params)]
+        )
+    finally:
+        pruner.config.relevance_exponent, pruner.config.relevance_contrast = 0.0, 0.0
+    rel = np.array([p[0][1] for p in base])
+    assert rel[0] != rel[1]
+    contrasted = contrasted_relevance(rel, 2.0)
+    for pi in range(2):
+        for (s0, _), (s1, r1) in zip(base[pi], both[pi]):
+            assert r1 == pytest.approx(rel[pi])  # the reported relevance is the head's
+            assert s1 == pytest.approx(s0 * contrasted[pi])
+    # alone, passage b is its request's best: its relevance is not lowered
+    assert [s for s, _ in alone[0]] == pytest.approx([s0 * rel[1] for s0, _ in base[1]])
+    assert scored(run[0]) == both and scored(run[1]) == alone
+
+
 def test_identical_pairs_are_encoded_once(pruner):
     from pruner_model.inference.requests import PruneRequest
 

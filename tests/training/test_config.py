@@ -62,3 +62,17 @@ def test_allocator_threshold_and_shift_groups_are_validated():
             load_config(None, [f"calibration.shifts={bad}"])
     assert fix_mmap_threshold(0) is False  # 0 leaves the allocator alone
     assert fix_mmap_threshold(65536) is (sys.platform.startswith("linux"))  # glibc here
+
+
+def test_an_unknown_relevance_teacher_is_a_one_line_config_error(tmp_path):
+    from pruner_model.training.config import ConfigError, ModelSection
+
+    with pytest.raises(ConfigError, match=r"relevance_teacher: 'no-such-encoder' is neither one of"):
+        ModelSection(relevance_teacher="no-such-encoder")
+    folder = tmp_path / "encoder"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match="config.json"):
+        ModelSection(relevance_teacher=str(folder))
+    (folder / "config.json").write_text("{}")
+    assert ModelSection(relevance_teacher=str(folder)).relevance_teacher == str(folder)
+    assert ModelSection(relevance_teacher="all-minilm-l6-v2").relevance_teacher == "all-minilm-l6-v2"

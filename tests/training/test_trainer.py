@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from pruner_model.core.configuration import PrunerConfig
 from pruner_model.core.records import RecordError
 from pruner_model.training.config import ConfigError, load_config
 from pruner_model.training.data import read_records
@@ -135,7 +136,7 @@ def test_a_source_with_few_calibration_queries_gets_no_named_point():
         "source:blogs": [ScoredGroup(np.ones(2), np.zeros(2, bool), np.ones(2))] * 300,  # no evidence
     }
     c = CalibrationSection()
-    points = _operating_points(slices, "squad", [None, 0.1], 0.95, c, 0.0)
+    points = _operating_points(slices, "squad", [None, 0.1], 0.95, c, PrunerConfig())
     assert set(points) == {"squad", "big"}
     for name, key in (("squad", "as_is"), ("big", "source:big")):  # each keeps the target on its own slice
         floor, t = points[name]["relative_floor"], points[name]["threshold"]
