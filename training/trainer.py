@@ -215,7 +215,7 @@ class Trainer:
         if not self.quiet and self.is_main:
             split = f" (split over {n} processes)" if n > 1 else ""
             logger.info(
-                f"relevance teacher: {teacher or 'the bundled all-MiniLM-L6-v2'} scored {len(records)} passages "
+                f"relevance teacher: the {teacher or 'bundled all-MiniLM-L6-v2'} bi-encoder scored {len(records)} passages "
                 f"in {time.perf_counter() - t0:.0f} s{split}"
             )
         return scores
