@@ -69,15 +69,28 @@ def role_token_shares(groups: list[LabeledGroup], scored: list[ScoredGroup], thr
 
 def passage_ranking(groups: list[LabeledGroup], scored: list[ScoredGroup]) -> dict:
     """How the relevance head orders each question's passages (gold vs the others)."""
-    first = n_q = 0
-    wins = {"mined": [0, 0], "random": [0, 0], "same_doc": [0, 0]}
+    per_passage = []
     for g, s in zip(groups, scored):
         if s.relevance is None:
+            per_passage.append(None)
             continue
         rel, cut = [], 0
         for units in g.units:
             rel.append(float(s.relevance[cut]) if len(units) else float("-inf"))
             cut += len(units)
+        per_passage.append(rel)
+    return rank_passages(groups, per_passage)
+
+
+def rank_passages(groups: list[LabeledGroup], passage_scores: list[list[float] | None]) -> dict:
+    """How ``passage_scores`` (one score per passage of each group; None skips the group) order
+    each question's passages: the share of questions whose gold passage scores highest, and per
+    role the share of that role's passages the gold one outscores."""
+    first = n_q = 0
+    wins = {"mined": [0, 0], "random": [0, 0], "same_doc": [0, 0]}
+    for g, rel in zip(groups, passage_scores):
+        if rel is None:
+            continue
         roles = [p.get("role") for p in g.passages]
         gold = [r for r, role in zip(rel, roles) if role == "gold"]
         others = [(r, role) for r, role in zip(rel, roles) if role != "gold"]

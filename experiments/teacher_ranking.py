@@ -16,38 +16,20 @@ import numpy as np
 from pruner_model.core.biencoder import passage_cosines
 from pruner_model.core.records import read_jsonl
 from pruner_model.evaluation.groups import load_range, records_by_source
-from pruner_model.evaluation.sources import with_roles
+from pruner_model.evaluation.sources import rank_passages, with_roles
 from pruner_model.training.backbones import load_teacher
 
 SPLITS = (("data/mix/calibration.jsonl", 200), ("data/squad/dev.jsonl", 2000))
 
 
-def ranking(groups, scores) -> dict:
-    """Gold first / gold > mined / gold > random over the groups that have a gold passage, and the
-    mean standard deviation of the distractors' scores within a group."""
-    first = n = 0
-    wins = {"mined": [0, 0], "random": [0, 0]}
+def distractor_spread(groups, scores) -> float | None:
+    """The mean standard deviation of the non-gold passages' scores within a group."""
     spread = []
     for g, s in zip(groups, scores):
-        roles = [p.get("role") for p in g.passages]
-        others = [(x, r) for x, r in zip(s, roles) if r != "gold"]
+        others = [x for x, p in zip(s, g.passages) if p.get("role") != "gold"]
         if len(others) > 1:
-            spread.append(float(np.std([x for x, _ in others])))
-        if "gold" not in roles:
-            continue
-        best = max(x for x, r in zip(s, roles) if r == "gold")
-        n += 1
-        first += all(best > x for x, _ in others)
-        for x, r in others:
-            if r in wins:
-                wins[r][0] += best > x
-                wins[r][1] += 1
-    share = lambda a, b: a / b if b else None  # noqa: E731
-    return {
-        "gold_first": share(first, n),
-        **{f"gold_over_{k}": share(*v) for k, v in wins.items()},
-        "distractor_std": float(np.mean(spread)) if spread else None,
-    }
+            spread.append(float(np.std(others)))
+    return float(np.mean(spread)) if spread else None
 
 
 def main() -> None:
@@ -67,14 +49,15 @@ def main() -> None:
             pairs = [(g.query, p["text"]) for g in groups for p in g.passages]
             flat = passage_cosines(teacher, [q for q, _ in pairs], [t for _, t in pairs])
             sizes = np.cumsum([len(g.passages) for g in groups])[:-1]
-            m = ranking(groups, np.split(flat, sizes))
+            scores = [list(map(float, x)) for x in np.split(flat, sizes)]
+            m = rank_passages(groups, scores)
             row = [
                 name,
                 src,
                 m["gold_first"],
                 m["gold_over_mined"],
                 m["gold_over_random"],
-                m["distractor_std"],
+                distractor_spread(groups, scores),
             ]
             print(" | ".join(row[:2] + [fmt(x) for x in row[2:]]), flush=True)
 

