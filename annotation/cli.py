@@ -170,7 +170,18 @@ def _mix_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--passages-per-group", type=int, default=5)
     p.add_argument("--same-doc", type=int, default=1, help="other chunks of the question's document")
-    p.add_argument("--mined", type=int, default=2, help="TF-IDF-retrieved chunks without the answer")
+    p.add_argument(
+        "--mined",
+        type=int,
+        default=2,
+        help="TF-IDF-retrieved chunks without the answer, in calibration and dev groups",
+    )
+    p.add_argument(
+        "--train-mined",
+        type=int,
+        default=3,
+        help="the same in training groups: hard negatives teach ranking (docs/data.md)",
+    )
     p.add_argument(
         "--no-gold-share", type=float, default=0.15, help="share of answerable questions without their gold"
     )
@@ -208,6 +219,7 @@ def mix_main(argv: list[str]) -> int:
         args.passages_per_group,
         args.same_doc,
         args.mined,
+        args.train_mined,
         args.no_gold_share,
         args.chunk_words,
         max_questions={"train": args.max_train_questions or None, "calibration": dev_cap, "dev": dev_cap},

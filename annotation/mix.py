@@ -83,6 +83,7 @@ class MixSettings:
     passages_per_group: int = 5
     same_doc: int = 1
     mined: int = 2
+    train_mined: int | None = None  # the training groups' mined passages (None: ``mined``)
     no_gold_share: float = 0.15
     chunk_words: int = 150
     calibration_share: float = 0.1
@@ -93,7 +94,7 @@ class MixSettings:
     def __post_init__(self) -> None:
         if self.passages_per_group < 1:
             raise ValueError("passages per group must be >= 1")
-        if min(self.same_doc, self.mined) < 0:
+        if min(self.same_doc, self.mined, self.mined_in("train")) < 0:
             raise ValueError("same-doc and mined passages must be >= 0")
         if not 0 <= self.no_gold_share <= 1:
             raise ValueError("the no-gold share must be in [0, 1]")
@@ -103,6 +104,11 @@ class MixSettings:
             0 < self.calibration_share and 0 < self.dev_share and self.calibration_share + self.dev_share < 1
         ):
             raise ValueError("calibration and dev shares must be > 0 and sum to < 1")
+
+    def mined_in(self, split: str) -> int:
+        """Mined passages a group of ``split`` takes: ``train_mined`` in training (hard negatives
+        teach ranking), ``mined`` where groups stand for what a retriever hands over."""
+        return self.train_mined if split == "train" and self.train_mined is not None else self.mined
 
 
 # over 60 lines: one pass over the questions of a split, sharing its pool, index and sampling state
@@ -150,9 +156,10 @@ def build_mix(
         if not chosen or not pool[split]:
             continue
         index = TfidfIndex([c.text for c in pool[split]])
-        candidates = index.search([ex.query for ex in chosen], k=8 * max(1, s.mined) + 8)
+        n_mined = s.mined_in(split)
+        candidates = index.search([ex.query for ex in chosen], k=8 * max(1, n_mined) + 8)
         for ex, cand in zip(chosen, candidates):
-            members = _members(ex, doc_chunks[ex.doc_key], pool[split], cand, s, rng)
+            members = _members(ex, doc_chunks[ex.doc_key], pool[split], cand, s, n_mined, rng)
             rng.shuffle(members)
             for chunk, role, spans in members:
                 roles[(split, role)] += 1
@@ -200,8 +207,11 @@ def _questions(examples, doc_split, split, s: MixSettings, rng) -> list[Example]
     return out
 
 
-def _members(ex: Example, own: list[Chunk], pool: list[Chunk], cand: list[int], s: MixSettings, rng):
-    """``[(chunk, role, relevant_spans in chunk coordinates)]`` of one question's group."""
+def _members(
+    ex: Example, own: list[Chunk], pool: list[Chunk], cand: list[int], s: MixSettings, n_mined: int, rng
+):
+    """``[(chunk, role, relevant_spans in chunk coordinates)]`` of one question's group, with up to
+    ``n_mined`` mined passages."""
     fam = own[0].doc if own else family(ex.document)
     gold = []
     if ex.answerable:
@@ -228,7 +238,7 @@ def _members(ex: Example, own: list[Chunk], pool: list[Chunk], cand: list[int], 
     families = {fam}  # one passage a family: near-duplicates are not two distractors
     mined = 0
     for j in cand:
-        if mined >= s.mined or len(members) >= s.passages_per_group:
+        if mined >= n_mined or len(members) >= s.passages_per_group:
             break
         c = pool[j]
         if c.pid in taken or c.doc in families or any(a in c.text.lower() for a in answers):

@@ -2,8 +2,9 @@
 each source's permutation in ``data/mix/calibration.jsonl`` and nyt groups 2000-2399 of
 ``data/squad/dev.jsonl``. Per source: the share of questions whose gold passage the relevance head
 ranks first, compression at 95% and 97% of answers kept and the share of random and mined
-passages' tokens kept at 95%, all on one score rule (relevance^0.25, no floor) so that runs
-trained with calibration off compare with calibrated ones:
+passages' tokens kept at 95%, all on one score rule (relevance^0.25, no floor, unless ``--exponent``, ``--floor`` or
+``--contrast`` say otherwise) so that runs trained with calibration off compare with calibrated
+ones:
 
     python experiments/selection_split.py --model runs/X
 """
@@ -28,6 +29,8 @@ def main() -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--groups", type=int, default=400, help="groups per source")
     p.add_argument("--exponent", type=float, default=0.25)
+    p.add_argument("--floor", type=float, default=None, help="relative floor (default: absolute scores)")
+    p.add_argument("--contrast", type=float, default=0.0, help="relevance contrast (default 0)")
     args = p.parse_args()
     pruner = ContextPruner.from_pretrained(args.model, dtype="auto")
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
@@ -36,7 +39,7 @@ def main() -> None:
         for src, recs in sorted(records_by_source(with_roles(read_jsonl(path))).items()):
             groups = load_range(recs, 0, start, start + args.groups)
             raw = score_groups(pruner, groups).groups
-            scored = with_score_rules(raw, args.exponent, None)
+            scored = with_score_rules(raw, args.exponent, args.floor, args.contrast)
             m = source_metrics(groups, scored, float(pruner.config.threshold), 0.95)
             row = [src, fmt(m["ranking"]["gold_first"])]
             if m["queries_with_evidence"]:

@@ -121,6 +121,27 @@ def test_mix_groups_have_roles_spans_inside_their_chunk_and_no_answer_in_negativ
     assert cosmos and all(r["meta"].get("passage_only") and r["relevant_spans"] == [] for r in cosmos)
 
 
+def test_training_groups_take_train_mined_passages_and_evaluation_groups_take_mined():
+    def mined_per_split(settings):
+        records, _, _ = build_mix(_pool_examples(), settings)
+        return {
+            split: sum(r["meta"]["role"] == "mined" for r in recs) for split, recs in records.items() if recs
+        }
+
+    shares = {"calibration_share": 0.3, "dev_share": 0.3}
+    none = mined_per_split(MixSettings(mined=0, train_mined=0, **shares))
+    hard = mined_per_split(MixSettings(mined=0, train_mined=3, **shares))
+    held_back = set(hard) - {"train"}  # calibration and dev groups stand for a retriever's
+    assert "train" in hard and held_back and set(none) == set(hard)
+    assert not any(none.values())
+    assert hard["train"] > 0 and not any(hard[split] for split in held_back)
+    settings = MixSettings(mined=2)
+    assert settings.mined_in("train") == settings.mined_in("dev") == 2  # train_mined unset: mined
+    assert MixSettings(mined=2, train_mined=3).mined_in("train") == 3
+    with pytest.raises(ValueError, match="mined passages must be >= 0"):
+        MixSettings(train_mined=-1)
+
+
 def test_no_gold_share_removes_the_gold_passages():
     records, _, _ = build_mix(
         _pool_examples(), MixSettings(no_gold_share=1.0, calibration_share=0.01, dev_share=0.01)
