@@ -9,7 +9,8 @@ Each question then gets a group of ``passages_per_group`` chunks of its own spli
 - ``gold``: the chunks holding its evidence (none for answer-less questions);
 - ``same_doc``: other chunks of its document (up to ``same_doc``);
 - ``mined``: the chunks a TF-IDF retriever ranks highest for the question, from any source,
-  that neither come from its document nor contain an answer string (up to ``mined``);
+  that neither come from its document nor contain an answer string (up to ``mined``; up to
+  ``train_mined`` in training groups, where look-alikes teach the ranking);
 - ``random``: random chunks of any source, filling the group.
 
 ``no_gold_share`` of the answerable questions lose their gold chunks (the retriever missed),
