@@ -84,7 +84,7 @@ class MixSettings:
     passages_per_group: int = 5
     same_doc: int = 1
     mined: int = 2
-    train_mined: int | None = None  # the training groups' mined passages (None: ``mined``)
+    train_mined: int | None = 3  # the training groups' mined passages (None: ``mined``)
     no_gold_share: float = 0.15
     chunk_words: int = 150
     calibration_share: float = 0.1

@@ -2,9 +2,9 @@
 each source's permutation in ``data/mix/calibration.jsonl`` and nyt groups 2000-2399 of
 ``data/squad/dev.jsonl``. Per source: the share of questions whose gold passage the relevance head
 ranks first, compression at 95% and 97% of answers kept and the share of random and mined
-passages' tokens kept at 95%, all on one score rule (relevance^0.25, no floor, unless ``--exponent``, ``--floor`` or
-``--contrast`` say otherwise) so that runs trained with calibration off compare with calibrated
-ones:
+passages' tokens kept at 95%, all on one score rule (relevance^0.25, no floor, unless
+``--exponent``, ``--floor`` or ``--contrast`` say otherwise) so that runs trained with
+calibration off compare with calibrated ones:
 
     python experiments/selection_split.py --model runs/X
 """

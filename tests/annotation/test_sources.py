@@ -135,8 +135,9 @@ def test_training_groups_take_train_mined_passages_and_evaluation_groups_take_mi
     assert "train" in hard and held_back and set(none) == set(hard)
     assert not any(none.values())
     assert hard["train"] > 0 and not any(hard[split] for split in held_back)
-    settings = MixSettings(mined=2)
-    assert settings.mined_in("train") == settings.mined_in("dev") == 2  # train_mined unset: mined
+    settings = MixSettings(mined=2, train_mined=None)
+    assert settings.mined_in("train") == settings.mined_in("dev") == 2  # train_mined None: mined
+    assert MixSettings().mined_in("train") == 3 and MixSettings().mined_in("dev") == 2  # as the CLI
     assert MixSettings(mined=2, train_mined=3).mined_in("train") == 3
     with pytest.raises(ValueError, match="mined passages must be >= 0"):
         MixSettings(train_mined=-1)
