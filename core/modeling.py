@@ -49,6 +49,9 @@ class PrunerModel(PreTrainedModel):
     base_model_prefix = "pruner"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
+    # encoder calls per batch, rows grouped by length (see :func:`length_chunks`): a compute
+    # strategy, not part of the model; the trainer sets it from ``train.length_chunks``
+    encoder_chunks: int = 1
 
     def __init__(self, config: PrunerConfig):
         super().__init__(config)
@@ -92,7 +95,7 @@ class PrunerModel(PreTrainedModel):
             embeds = self.encoder.get_input_embeddings()(input_ids)  # [batch, seq, hidden]
             inputs["inputs_embeds"] = embeds + self.match_embedding(self.query_match_mask(input_ids).long())
             del inputs["input_ids"]
-        hidden = self.encoder(**inputs).last_hidden_state  # [batch, seq, hidden]
+        hidden = self._encode(inputs, attention_mask)  # [batch, seq, hidden]
         hidden = self.dropout(hidden)
         features = hidden
         if self.config.query_interaction:
@@ -105,6 +108,29 @@ class PrunerModel(PreTrainedModel):
                 token_logits, relevance_logits, labels, relevance_labels, sentence_ids, groups, teacher_scores
             )
         return PrunerOutput(loss=loss, token_logits=token_logits, relevance_logits=relevance_logits)
+
+    def _encode(self, inputs: dict, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The encoder's last hidden states. With ``encoder_chunks`` > 1 the rows are sorted by
+        length and encoded in up to that many calls, each cut to its own longest row (a batch of
+        whole query groups mixes long and short passages: about a third of its tokens are padding).
+        Real tokens get the same states as in one call; padding positions get zeros."""
+        chunks = self.encoder_chunks
+        if chunks <= 1 or attention_mask is None or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+            return self.encoder(**inputs).last_hidden_state
+        lengths = attention_mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        plan = length_chunks(lengths[order].tolist(), chunks)
+        if len(plan) == 1:
+            return self.encoder(**inputs).last_hidden_state
+        width = attention_mask.shape[1]
+        parts = []
+        for start, end, longest in plan:
+            rows = order[start:end]
+            part = {k: v[rows, :longest] for k, v in inputs.items()}
+            state = self.encoder(**part).last_hidden_state  # [rows, longest, hidden]
+            parts.append(nn.functional.pad(state, (0, 0, 0, width - longest)))
+        hidden = torch.cat(parts)
+        return hidden[torch.argsort(order)]  # back to the batch's row order
 
     def predict(self, batch: dict, dtype: str | None = None) -> tuple:
         """Logits of a padded numpy batch, as numpy: the torch *forward* of
@@ -357,6 +383,39 @@ def relevance_distillation_loss(
     # row i: the cross-entropy of its group's irrelevant windows
     per = -(p[rows] * log_q[rows].masked_fill(~same[rows], 0.0)).sum(dim=1)
     return (per / size[rows]).sum() / (1.0 / size[rows]).sum()  # each group counts once
+
+
+def length_chunks(lengths: list[int], max_chunks: int) -> list[tuple[int, int, int]]:
+    """How to cut rows sorted by length (longest first) into at most ``max_chunks`` runs so that
+    the padded tokens (rows x longest row, summed over runs) are fewest: ``(start, end, longest)``
+    per run. Exact (dynamic programming over cut points; a batch has tens of rows).
+
+    >>> length_chunks([200, 190, 60, 50, 40], 2)
+    [(0, 2, 200), (2, 5, 60)]
+    >>> length_chunks([100, 100, 100], 3)  # equal lengths: one call
+    [(0, 3, 100)]
+    """
+    n = len(lengths)
+    if n == 0:
+        return []
+    inf = float("inf")
+    # best[k][j]: fewest padded tokens for rows [0, j) in k runs; cut[k][j]: where the last run starts
+    best = [[inf] * (n + 1) for _ in range(max_chunks + 1)]
+    cut = [[0] * (n + 1) for _ in range(max_chunks + 1)]
+    best[0][0] = 0
+    for k in range(1, max_chunks + 1):
+        for j in range(1, n + 1):
+            for i in range(j):
+                cost = best[k - 1][i] + (j - i) * lengths[i]
+                if cost < best[k][j]:
+                    best[k][j], cut[k][j] = cost, i
+    k = min(range(1, max_chunks + 1), key=lambda c: (best[c][n], c))  # fewest runs among the best
+    runs, j = [], n
+    while j > 0:
+        i = cut[k][j]
+        runs.append((i, j, int(lengths[i])))
+        j, k = i, k - 1
+    return runs[::-1]
 
 
 def _build_encoder(config: PrunerConfig):

@@ -169,6 +169,9 @@ class TrainSection:
     # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
     # against every sentence of its group (distractor passages too), not only its own passage's
     group_batches: bool = False
+    # encoder calls per batch, its rows grouped by length: each call is padded to its own longest
+    # window instead of the batch's (same states for every real token, fewer padded ones)
+    length_chunks: int = 3
     # keep the encoder's input word embeddings as pretrained: words the training data never shows
     # (other domains, typos) stay aligned with the words it does show
     freeze_word_embeddings: bool = False
@@ -332,6 +335,8 @@ class TrainConfig:
         t = self.train
         if t.batch_size < 1 or t.grad_accum < 1:
             raise ConfigError("train.batch_size and train.grad_accum must be >= 1")
+        if t.length_chunks < 1:
+            raise ConfigError(f"train.length_chunks must be >= 1 (1 = one encoder call a batch), got {t.length_chunks}")
         if t.lr <= 0 or t.head_lr <= 0:
             raise ConfigError("learning rates must be > 0")
         if t.max_steps is not None and t.max_steps < 1:

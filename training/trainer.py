@@ -111,6 +111,7 @@ class Trainer:
         self.accelerator.wait_for_everyone()  # every rank checked before rank 0 creates anything
         if self.model is None:
             self.model, self.tokenizer = build_model(self.cfg)
+        self.model.encoder_chunks = t.length_chunks
         if t.freeze_word_embeddings:
             self.model.encoder.get_input_embeddings().weight.requires_grad_(False)
         self._load_data()

@@ -243,3 +243,51 @@ def test_relevance_distillation_orders_a_query_groups_distractors_as_the_teacher
         PrunerConfig(relevance_distill_temperature=0.0)
     with pytest.raises(ValueError, match="relevance_distill_weight"):
         PrunerConfig(relevance_distill_weight=-1.0)
+
+
+@pytest.mark.parametrize("query_interaction", [False, True])
+def test_length_chunked_encoding_gives_the_same_logits_loss_and_gradients(query_interaction):
+    from pruner_model.core.modeling import length_chunks
+
+    torch.manual_seed(0)
+    model = PrunerModel(tiny_config(query_interaction=query_interaction, sentence_loss_weight=0.5)).eval()
+    lengths = torch.tensor([12, 40, 9, 33, 40, 20])  # unsorted: the chunks must come back in row order
+    width = 40
+    mask = (torch.arange(width)[None] < lengths[:, None]).long()
+    ids = torch.randint(1000, 2000, (6, width)) * mask
+    ids[:, 0], ids[:, 4] = 101, 102  # [CLS] query [SEP]: the query ends before any padding
+    labels = torch.where(mask.bool() & (torch.arange(width) > 4), torch.randint(0, 2, (6, width)), -100)
+    sentence_ids = torch.where(labels >= 0, torch.arange(width) // 5, -1)
+    batch = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        labels=labels.float(),
+        relevance_labels=torch.tensor([1.0, 0, 0, 1, 0, 0]),
+        sentence_ids=sentence_ids,
+        groups=torch.tensor([0, 0, 0, 1, 1, 1]),
+    )
+    outs, grads = [], []
+    for chunks in (1, 3):
+        model.encoder_chunks = chunks
+        model.zero_grad()
+        out = model(**batch)
+        out.loss.backward()
+        outs.append(out)
+        grads.append(model.encoder.embeddings.word_embeddings.weight.grad.clone())
+    real = mask.bool()
+    assert len(length_chunks(sorted(lengths.tolist(), reverse=True), 3)) == 3  # it did split
+    assert torch.allclose(outs[0].token_logits[real], outs[1].token_logits[real], atol=1e-5)
+    assert torch.allclose(outs[0].relevance_logits, outs[1].relevance_logits, atol=1e-5)
+    assert torch.allclose(outs[0].loss, outs[1].loss, atol=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
+
+
+def test_length_chunks_pads_fewest_tokens():
+    from pruner_model.core.modeling import length_chunks
+
+    lengths = [250, 240, 130, 120, 118, 40, 30, 20]
+    runs = length_chunks(lengths, 3)
+    assert [(a, b) for a, b, _ in runs] == [(0, 2), (2, 5), (5, 8)]
+    assert sum((b - a) * top for a, b, top in runs) == 2 * 250 + 3 * 130 + 3 * 40
+    assert length_chunks(lengths, 1) == [(0, 8, 250)]
+    assert length_chunks([], 4) == []
