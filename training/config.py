@@ -336,7 +336,9 @@ class TrainConfig:
         if t.batch_size < 1 or t.grad_accum < 1:
             raise ConfigError("train.batch_size and train.grad_accum must be >= 1")
         if t.length_chunks < 1:
-            raise ConfigError(f"train.length_chunks must be >= 1 (1 = one encoder call a batch), got {t.length_chunks}")
+            raise ConfigError(
+                f"train.length_chunks must be >= 1 (1 = one encoder call a batch), got {t.length_chunks}"
+            )
         if t.lr <= 0 or t.head_lr <= 0:
             raise ConfigError("learning rates must be > 0")
         if t.max_steps is not None and t.max_steps < 1:
