@@ -6,7 +6,8 @@ Output layout::
     OUT/                 the published checkpoint: config.json (calibrated threshold),
                          model.safetensors, tokenizer files, README.md (model card),
                          metrics.json, train_config.yaml
-    OUT.trainer/last/    resumable state (model, optimizer, scheduler, RNG, data position)
+    OUT.trainer/last/    resumable state (model, optimizer, scheduler, RNG, data position, and the
+                         relevance teacher's scores, so that a resumed run does not score again)
     OUT.trainer/best/    the best checkpoint so far by ``train.best_metric``
 
 The state lives beside the published folder, so ``OUT`` can be uploaded to a model hub as is.
@@ -14,6 +15,7 @@ The state lives beside the published folder, so ``OUT`` can be uploaded to a mod
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -49,6 +51,7 @@ from tqdm.auto import tqdm
 from pruner_model import PrunerModel
 
 STATE_FILE = "trainer_state.json"
+TEACHER_FILE = "teacher_scores.npz"  # the relevance teacher's scores, beside the resumable state
 
 
 logger = logging.getLogger(__name__)
@@ -60,6 +63,7 @@ class Trainer:
     publishes. ``model``/``tokenizer`` replace the configured backbone (tests pass a tiny one)."""
 
     def __init__(self, cfg: TrainConfig, output: str | Path, model=None, tokenizer=None, quiet: bool = False):
+        self.teacher = None  # (scores, fingerprint) of the relevance teacher, when distilling
         self.cfg, self.out, self.quiet = cfg, Path(output), quiet
         self.model, self.tokenizer = model, tokenizer
         self.state_root = state_dir_of(self.out)
@@ -114,7 +118,7 @@ class Trainer:
         self.model.encoder_chunks = t.length_chunks
         if t.freeze_word_embeddings:
             self.model.encoder.get_input_embeddings().weight.requires_grad_(False)
-        self._load_data()
+        self._load_data(resume)
         loader, self.sampler = self._build_loader()
         # with N processes the loader is sharded: each optimizer step consumes N batches
         self.loader = self.accelerator.prepare(loader)
@@ -156,7 +160,7 @@ class Trainer:
     def is_main(self) -> bool:
         return self.accelerator.is_main_process
 
-    def _load_data(self) -> None:
+    def _load_data(self, resume: bool = False) -> None:
         d, mc = self.cfg.data, self.model.config
         train_records, train_report = read_records(
             d.train, d.max_train_groups, d.dedup, d.seed, d.low_overlap_share, d.mix
@@ -166,7 +170,12 @@ class Trainer:
             raise ValueError("no training records left after validation")
         if d.noise_augment:
             train_records = augment_noise(train_records, d.noise_augment, d.seed)
-        teacher = self._teacher_scores(train_records) if mc.relevance_distill_weight > 0 else None
+        self.teacher = None
+        if mc.relevance_distill_weight > 0:
+            self.teacher = (resume and self._saved_teacher(train_records)) or self._teacher_scores(
+                train_records
+            )
+        teacher = None if self.teacher is None else self.teacher[0]
         self.train_ds = tokenize_records(
             train_records,
             self.tokenizer,
@@ -189,10 +198,32 @@ class Trainer:
             logger.info(train_report.line("train"))
             logger.info(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
 
-    def _teacher_scores(self, records: list[dict]):
-        """The bundled bi-encoder's passage score (best sentence cosine) of every training record:
-        the relevance distillation teacher (``model.relevance_distill_weight``). Launched as several
-        processes, each scores a contiguous share of the records and every process gathers all."""
+    def _teacher_fingerprint(self, records: list[dict]) -> str:
+        """What the teacher's scores depend on: the teacher and every record's query and passage."""
+        h = hashlib.sha256(str(self.cfg.model.relevance_teacher).encode())
+        for r in records:
+            h.update(f"\x00{r['query']}\x01{r['context']}".encode())
+        return h.hexdigest()
+
+    def _saved_teacher(self, records: list[dict]) -> tuple[np.ndarray, str] | None:
+        """The teacher's scores saved with the resumed state, when they were computed for exactly
+        these records (else None: they are computed again)."""
+        path = self.state_dir / TEACHER_FILE
+        if not path.is_file():
+            return None
+        with np.load(path) as saved:
+            scores, fingerprint = saved["scores"], str(saved["fingerprint"])
+        if len(scores) != len(records) or fingerprint != self._teacher_fingerprint(records):
+            return None
+        if not self.quiet and self.is_main:
+            logger.info(f"relevance teacher: {len(records)} passage scores taken from the resumed state")
+        return scores.astype(np.float32), fingerprint
+
+    def _teacher_scores(self, records: list[dict]) -> tuple[np.ndarray, str]:
+        """The bundled bi-encoder's passage score (best sentence cosine) of every training record
+        (the relevance distillation teacher, ``model.relevance_distill_weight``) and the records'
+        fingerprint. Launched as several processes, each scores a contiguous share of the records
+        and every process gathers all."""
         from accelerate.utils import gather_object
         from pruner_model.core.biencoder import passage_cosines
         from pruner_model.training.backbones import load_teacher
@@ -219,7 +250,7 @@ class Trainer:
                 f"relevance teacher: the {teacher or 'bundled all-MiniLM-L6-v2'} bi-encoder scored {len(records)} passages "
                 f"in {time.perf_counter() - t0:.0f} s{split}"
             )
-        return scores
+        return scores, self._teacher_fingerprint(records)
 
     def _build_loader(self):
         t = self.cfg.train
@@ -313,6 +344,8 @@ class Trainer:
         if self.is_main:
             if self.average is not None:
                 self.average.save(tmp)
+            if self.teacher is not None:
+                np.savez(tmp / TEACHER_FILE, scores=self.teacher[0], fingerprint=np.array(self.teacher[1]))
             (tmp / STATE_FILE).write_text(json.dumps(self.state))
             swap_in(tmp, self.state_dir)
         self.accelerator.wait_for_everyone()

@@ -1,5 +1,6 @@
 """Training with 2 processes (accelerate launch, gloo on CPU): one checkpoint, identical replicas,
-resume across the same number of processes, the relevance teacher scored once across them."""
+resume across the same number of processes, the relevance teacher scored once across them (and
+not again on resume)."""
 
 import json
 import re
@@ -50,6 +51,7 @@ def test_two_processes_train_one_checkpoint_and_resume(tmp_path):
     resumed = launch(tmp_path / "cut", data, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed at step 3" in resumed.stderr and "weights identical on 2 processes" in resumed.stderr
+    assert "passage scores taken from the resumed state" in resumed.stderr  # not scored again
     from safetensors.torch import load_file
 
     a, b = (

@@ -210,6 +210,64 @@ def test_relevance_distillation_trains_on_the_bundled_bi_encoders_passage_scores
     assert "relevance distillation (weight 1.0" in (tmp_path / "r" / "README.md").read_text()
 
 
+def test_a_resumed_distilled_run_takes_the_teachers_scores_from_its_state(
+    tmp_path, data_files, tiny_model, bert_tokenizer, monkeypatch
+):
+    from pruner_model.training import trainer as trainer_module
+
+    calls = []
+    original = trainer_module.Trainer._teacher_scores
+
+    def counted(self, records):
+        calls.append(len(records))
+        return original(self, records)
+
+    monkeypatch.setattr(trainer_module.Trainer, "_teacher_scores", counted)
+    tiny_model.config.relevance_distill_weight = 1.0
+    over = {
+        "train.group_batches": "true",
+        "model.relevance_distill_weight": 1.0,
+        "calibration.enabled": "false",
+        "train.max_steps": 6,
+        "train.eval_every": 0,
+        "train.save_every": 0,
+    }
+    cfg = tiny_cfg(data_files, **over)
+    train(cfg, tmp_path / "full", model=copy.deepcopy(tiny_model), tokenizer=bert_tokenizer, quiet=True)
+    res = train(
+        cfg,
+        tmp_path / "cut",
+        model=copy.deepcopy(tiny_model),
+        tokenizer=bert_tokenizer,
+        quiet=True,
+        stop_after=3,
+    )
+    assert res == {"interrupted": True, "step": 3} and len(calls) == 2
+    train(
+        cfg,
+        tmp_path / "cut",
+        model=copy.deepcopy(tiny_model),
+        tokenizer=bert_tokenizer,
+        quiet=True,
+        resume=True,
+    )
+    assert len(calls) == 2  # the resumed run scored nothing again
+    wa = load_file(str(tmp_path / "full" / "model.safetensors"))
+    wb = load_file(str(tmp_path / "cut" / "model.safetensors"))
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    # scores saved for other records are not used: resumed on other training data, it scores again
+    other = tiny_cfg(data_files, **over, **{"data.max_train_groups": 2})
+    train(
+        other,
+        tmp_path / "cut",
+        model=copy.deepcopy(tiny_model),
+        tokenizer=bert_tokenizer,
+        quiet=True,
+        resume=True,
+    )
+    assert len(calls) == 3
+
+
 @pytest.mark.parametrize(
     "grouped, averaged",
     [(False, False), (True, False), (False, True)],
