@@ -75,10 +75,10 @@ def main() -> None:
             if len(xs) < 2:
                 continue
             a, b = loglinear_fit(xs, ys)
-            need = "already there" if max(ys) >= args.goal else "never (flat or falling)"
+            need = "already reached" if max(ys) >= args.goal else "never (flat or falling)"
             if max(ys) < args.goal and b > 0:
-                need = f"about {10 ** ((args.goal - a) / b):,.0f} groups"
-            print(f"  {src}: +{b:.3f} per tenfold groups; {args.goal:.2f} at {need}")
+                need = f"at about {10 ** ((args.goal - a) / b):,.0f} groups"
+            print(f"  {src}: {b:+.3f} per tenfold groups; {args.goal:.2f} {need}")
     if args.output:
         plot(points, args.output)
         print(f"figure: {args.output}")
@@ -91,17 +91,21 @@ def plot(points: dict[int, list[dict]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.6))
+    colors = {src: f"C{k}" for k, src in enumerate(SOURCES)}  # one colour per source in every panel
     for ax, (title, get) in zip(axes, PANELS):
         for src in SOURCES:
             xs = [n for n in points if value(points[n], src, get) is not None]
             if not xs:
                 continue
-            line = ax.plot(xs, [value(points[n], src, get) for n in xs], marker="o", label=src)[0]
+            ys = [value(points[n], src, get) for n in xs]
+            ax.plot(xs, ys, marker="o", label=src, color=colors[src])
             for n in xs:  # each run, where there are several
                 runs = [get(r[src]) for r in points[n] if src in r and get(r[src]) is not None]
                 if len(runs) > 1:
-                    ax.scatter([n] * len(runs), runs, s=10, color=line.get_color(), alpha=0.5)
+                    ax.scatter([n] * len(runs), runs, s=10, color=colors[src], alpha=0.5)
         ax.set_xscale("log")
+        ax.set_xticks(list(points), [str(n) for n in points])
+        ax.minorticks_off()
         ax.set_xlabel("training query groups")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
