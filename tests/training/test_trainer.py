@@ -233,38 +233,20 @@ def test_a_resumed_distilled_run_takes_the_teachers_scores_from_its_state(
         "train.save_every": 0,
     }
     cfg = tiny_cfg(data_files, **over)
-    train(cfg, tmp_path / "full", model=copy.deepcopy(tiny_model), tokenizer=bert_tokenizer, quiet=True)
-    res = train(
-        cfg,
-        tmp_path / "cut",
-        model=copy.deepcopy(tiny_model),
-        tokenizer=bert_tokenizer,
-        quiet=True,
-        stop_after=3,
-    )
-    assert res == {"interrupted": True, "step": 3} and len(calls) == 2
-    train(
-        cfg,
-        tmp_path / "cut",
-        model=copy.deepcopy(tiny_model),
-        tokenizer=bert_tokenizer,
-        quiet=True,
-        resume=True,
-    )
+
+    def run(config, out, **kw):
+        model = copy.deepcopy(tiny_model)
+        return train(config, tmp_path / out, model=model, tokenizer=bert_tokenizer, quiet=True, **kw)
+
+    run(cfg, "full")
+    assert run(cfg, "cut", stop_after=3) == {"interrupted": True, "step": 3} and len(calls) == 2
+    run(cfg, "cut", resume=True)
     assert len(calls) == 2  # the resumed run scored nothing again
     wa = load_file(str(tmp_path / "full" / "model.safetensors"))
     wb = load_file(str(tmp_path / "cut" / "model.safetensors"))
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
     # scores saved for other records are not used: resumed on other training data, it scores again
-    other = tiny_cfg(data_files, **over, **{"data.max_train_groups": 2})
-    train(
-        other,
-        tmp_path / "cut",
-        model=copy.deepcopy(tiny_model),
-        tokenizer=bert_tokenizer,
-        quiet=True,
-        resume=True,
-    )
+    run(tiny_cfg(data_files, **over, **{"data.max_train_groups": 2}), "cut", resume=True)
     assert len(calls) == 3
 
 
