@@ -33,8 +33,13 @@ def read_points(specs: list[str]) -> dict[int, list[dict]]:
         n, _, path = spec.partition("=")
         if not path or not n.isdigit():
             raise SystemExit(f"Error: --point takes GROUPS=PATH.json, got {spec!r}")
-        with open(path) as f:
-            points[int(n)].append(json.load(f)["sources"])
+        try:
+            with open(path) as f:
+                points[int(n)].append(json.load(f)["sources"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise SystemExit(
+                f"Error: {path}: not a selection_split.py --json file ({type(exc).__name__}: {exc})"
+            ) from None
     return dict(sorted(points.items()))
 
 

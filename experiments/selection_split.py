@@ -13,9 +13,8 @@ calibrated ones:
 from __future__ import annotations
 
 import argparse
-import json
 
-from pruner_model.core.records import read_jsonl
+from pruner_model.core.records import read_jsonl, write_json
 from pruner_model.evaluation.evaluator import with_score_rules
 from pruner_model.evaluation.groups import load_range, records_by_source
 from pruner_model.evaluation.scorer import score_groups
@@ -58,13 +57,7 @@ def main() -> None:
             print(" | ".join(row), flush=True)
     if args.json:
         rule = {"exponent": args.exponent, "floor": args.floor, "contrast": args.contrast}
-        with open(args.json, "w") as f:
-            json.dump(
-                {"model": args.model, "rule": rule, "groups": args.groups, "sources": rows},
-                f,
-                indent=1,
-                default=float,
-            )
+        write_json(args.json, {"model": args.model, "rule": rule, "groups": args.groups, "sources": rows})
 
 
 if __name__ == "__main__":

@@ -170,12 +170,13 @@ class Trainer:
             raise ValueError("no training records left after validation")
         if d.noise_augment:
             train_records = augment_noise(train_records, d.noise_augment, d.seed)
-        self.teacher = None
+        teacher, self.teacher = None, None
         if mc.relevance_distill_weight > 0:
-            self.teacher = (resume and self._saved_teacher(train_records)) or self._teacher_scores(
-                train_records
-            )
-        teacher = None if self.teacher is None else self.teacher[0]
+            fingerprint = self._teacher_fingerprint(train_records)
+            teacher = self._saved_teacher(fingerprint, len(train_records)) if resume else None
+            if teacher is None:
+                teacher = self._teacher_scores(train_records)
+            self.teacher = teacher, fingerprint
         self.train_ds = tokenize_records(
             train_records,
             self.tokenizer,
@@ -205,25 +206,24 @@ class Trainer:
             h.update(f"\x00{r['query']}\x01{r['context']}".encode())
         return h.hexdigest()
 
-    def _saved_teacher(self, records: list[dict]) -> tuple[np.ndarray, str] | None:
+    def _saved_teacher(self, fingerprint: str, n: int) -> np.ndarray | None:
         """The teacher's scores saved with the resumed state, when they were computed for exactly
-        these records (else None: they are computed again)."""
+        these ``n`` records (their ``fingerprint``); else None: they are computed again."""
         path = self.state_dir / TEACHER_FILE
         if not path.is_file():
             return None
         with np.load(path) as saved:
-            scores, fingerprint = saved["scores"], str(saved["fingerprint"])
-        if len(scores) != len(records) or fingerprint != self._teacher_fingerprint(records):
+            scores, saved_fingerprint = saved["scores"], str(saved["fingerprint"])
+        if len(scores) != n or saved_fingerprint != fingerprint:
             return None
         if not self.quiet and self.is_main:
-            logger.info(f"relevance teacher: {len(records)} passage scores taken from the resumed state")
-        return scores.astype(np.float32), fingerprint
+            logger.info(f"relevance teacher: {n} passage scores taken from the resumed state")
+        return scores.astype(np.float32)
 
-    def _teacher_scores(self, records: list[dict]) -> tuple[np.ndarray, str]:
-        """The bundled bi-encoder's passage score (best sentence cosine) of every training record
-        (the relevance distillation teacher, ``model.relevance_distill_weight``) and the records'
-        fingerprint. Launched as several processes, each scores a contiguous share of the records
-        and every process gathers all."""
+    def _teacher_scores(self, records: list[dict]) -> np.ndarray:
+        """The bundled bi-encoder's passage score (best sentence cosine) of every training record:
+        the relevance distillation teacher (``model.relevance_distill_weight``). Launched as several
+        processes, each scores a contiguous share of the records and every process gathers all."""
         from accelerate.utils import gather_object
         from pruner_model.core.biencoder import passage_cosines
         from pruner_model.training.backbones import load_teacher
@@ -250,7 +250,7 @@ class Trainer:
                 f"relevance teacher: the {teacher or 'bundled all-MiniLM-L6-v2'} bi-encoder scored {len(records)} passages "
                 f"in {time.perf_counter() - t0:.0f} s{split}"
             )
-        return scores, self._teacher_fingerprint(records)
+        return scores
 
     def _build_loader(self):
         t = self.cfg.train
