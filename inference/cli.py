@@ -330,9 +330,11 @@ def _serve_parser() -> argparse.ArgumentParser:
         )
     p.add_argument(
         "--api-key-env",
-        default="PRUNER_API_KEY",
-        help="environment variable holding the API key; when it is set, requests need "
-        "'Authorization: Bearer <key>' (the key is never printed)",
+        default=None,
+        metavar="NAME",
+        help="environment variable holding the API key: requests then need 'Authorization: Bearer "
+        "<key>' (the key is never printed); a variable named here that is unset or empty stops the "
+        "server at start-up. Default: PRUNER_API_KEY when it is set (set but empty also stops it)",
     )
     p.add_argument(
         "--cors-origin",
@@ -355,6 +357,31 @@ def _serve_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _api_key(named: str | None, environ) -> str | None:
+    """The API key the server requires: the variable ``named`` (which must then be set and not
+    empty), else ``PRUNER_API_KEY`` when it is in the environment (set but empty is an error too:
+    a key that was meant must never fail open); None when no key is asked for."""
+    name = named or "PRUNER_API_KEY"
+    if named is None and name not in environ:
+        return None
+    key = environ.get(name, "")
+    if not key.strip():
+        state = "is empty" if name in environ else "is not set"
+        raise ValueError(f"the API key variable {name} {state}: set it, or leave --api-key-env out to serve without a key")
+    return key
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def serve_main(argv: list[str] | None = None) -> int:
     import os
 
@@ -367,6 +394,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         value = getattr(args, field)
         if (kind is int and value < 1) or (kind is float and not value > 0):
             raise ValueError(f"{flag} must be {'>= 1' if kind is int else '> 0'}, got {value}")
+    api_key = _api_key(args.api_key_env, os.environ)  # before the model loads: a missing key stops at once
     model_dir = existing_model_dir(args.model)
     import uvicorn
     from pruner_model.inference.http_protocol import protocol_with_header_timeout
@@ -379,7 +407,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         **{field: getattr(args, field) for field, *_ in LIMIT_FLAGS},
         budget_tokenizers=tuple(args.budget_tokenizer),
     )
-    api_key = os.environ.get(args.api_key_env) or None
+    if api_key is None and not _is_loopback(args.host):
+        print(
+            f"warning: serving on {args.host}, reachable beyond this machine, without an API key "
+            "(set one with --api-key-env)",
+            file=sys.stderr,
+        )
     app = create_app(  # runs the model self-check: a broken model fails here, with one line
         pruner,
         limits,
