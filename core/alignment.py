@@ -9,12 +9,35 @@ carries its character offsets into the context; query, special and padding token
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 IGNORE_INDEX = -100  # label of tokens the loss must not see (query, special, padding)
+
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def tokenizer_lock(tokenizer) -> threading.Lock:
+    """The one lock of ``tokenizer``: a fast tokenizer keeps its truncation and padding settings
+    as state of the object, set by each call, so two threads that call it with different settings
+    (windows truncated to ``max_length``, token counts untruncated) can each get the other's.
+    Every call in this package holds this lock for the call's duration."""
+    with _LOCKS_GUARD:
+        try:
+            lock = _LOCKS.get(tokenizer)
+            if lock is None:
+                lock = _LOCKS[tokenizer] = threading.Lock()
+        except TypeError:  # not weak-referenceable: one lock shared by all such objects
+            lock = _SHARED_LOCK
+        return lock
+
+
+_SHARED_LOCK = threading.Lock()
 
 
 @dataclass
@@ -38,7 +61,8 @@ class Windows:
 
 def truncate_query(tokenizer, query: str, max_tokens: int) -> str:
     """Cut ``query`` after ``max_tokens`` tokens (on a character boundary of the tokenizer)."""
-    enc = tokenizer(query, add_special_tokens=False, return_offsets_mapping=True)
+    with tokenizer_lock(tokenizer):
+        enc = tokenizer(query, add_special_tokens=False, return_offsets_mapping=True)
     if len(enc["input_ids"]) <= max_tokens:
         return query
     return query[: enc["offset_mapping"][max_tokens - 1][1]]
@@ -73,16 +97,17 @@ def encode_pairs(
         q: truncate_query(tokenizer, q, max_query_length) for q in set(queries)
     }  # one query, many passages
     queries = [cut[q] for q in queries]
-    enc = tokenizer(
-        list(queries),
-        list(contexts),
-        truncation="only_second",
-        max_length=max_length,
-        stride=stride,
-        return_overflowing_tokens=True,
-        return_offsets_mapping=True,
-        padding=False,
-    )
+    with tokenizer_lock(tokenizer):
+        enc = tokenizer(
+            list(queries),
+            list(contexts),
+            truncation="only_second",
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            padding=False,
+        )
     names = [n for n in tokenizer.model_input_names if n in enc]
     features = {n: enc[n] for n in names}
     offsets = []
@@ -168,7 +193,8 @@ def count_tokens(tokenizer, texts: Sequence[str]) -> int:
     """Tokens of ``texts`` with long-word weighting (:func:`token_weights`), no special tokens."""
     if not texts:
         return 0
-    enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+    with tokenizer_lock(tokenizer):
+        enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     total = 0
     for off in enc["offset_mapping"]:
         if len(off):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from pruner_model.core.alignment import tokenizer_lock
 
 
 class BiEncoder:
@@ -53,7 +54,8 @@ class BiEncoder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
-        ids = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        with tokenizer_lock(self.tokenizer):
+            ids = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
         order = np.argsort([len(x) for x in ids], kind="stable")
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         pad = self.tokenizer.pad_token_id or 0

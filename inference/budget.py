@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
+from pruner_model.core.alignment import tokenizer_lock
 
 PRUNER = "pruner"  # the pruner's own tokenizer
 
@@ -87,7 +88,8 @@ def _named_counter(name: str) -> Counter:
     def count(texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0, dtype=np.int64)
-        ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        with tokenizer_lock(tokenizer):  # its truncation state is shared with other callers
+            ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         return np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
 
     return count

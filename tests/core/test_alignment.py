@@ -67,3 +67,36 @@ def test_long_query_is_truncated_so_context_fits(bert_tokenizer):
     w = encode_pairs(bert_tokenizer, [query], [CONTEXT], max_length=64, stride=8, max_query_length=16)
     assert all(n <= 64 for n in w.lengths)
     assert sum((o[:, 0] >= 0).sum() for o in w.offsets) > 0
+
+
+def test_windows_and_token_counts_are_right_when_threads_share_the_tokenizer(bert_tokenizer):
+    """A fast tokenizer's truncation setting is state of the object: token counts (untruncated)
+    and windows (truncated to max_length) from two threads must each get their own."""
+    import threading
+
+    from pruner_model.core.alignment import count_tokens, encode_pairs
+
+    long_text = " ".join(f"word{i} stands here." for i in range(600))
+    texts = [long_text, "A short one.", long_text[: len(long_text) // 2]]
+    expected_count = count_tokens(bert_tokenizer, texts)
+    expected = encode_pairs(bert_tokenizer, ["who is it?"] * 3, texts, 64, 16, 8)
+    wrong: list[str] = []
+
+    def counter():
+        for _ in range(60):
+            n = count_tokens(bert_tokenizer, texts)
+            if n != expected_count:
+                wrong.append(f"count {n} != {expected_count}")
+
+    def encoder():
+        for _ in range(60):
+            w = encode_pairs(bert_tokenizer, ["who is it?"] * 3, texts, 64, 16, 8)
+            if w.features["input_ids"] != expected.features["input_ids"]:
+                wrong.append(f"windows of lengths {sorted(set(w.lengths.tolist()))}")
+
+    threads = [threading.Thread(target=f) for f in (counter, encoder, counter, encoder)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, wrong[:3]
