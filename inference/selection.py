@@ -171,7 +171,8 @@ def uncertainty(units: Units, below: float | str | None) -> tuple[float, bool]:
 
 def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
     """Threshold → passage gate → must_keep → keep_top → neighbours → headings → dedup → budget;
-    with ``if_uncertain="keep_all"``, an uncertain query (see :func:`uncertainty`) keeps everything.
+    with ``if_uncertain="keep_all"``, an uncertain query (see :func:`uncertainty`) keeps everything
+    that fits the token budgets.
 
     ``params`` needs a threshold (``ContextPruner`` fills in the checkpoint's); a relative floor
     left at ``"checkpoint"`` means absolute scores here, where there is no checkpoint. Returns the
@@ -182,7 +183,9 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
         raise ValueError("select() needs a threshold (ContextPruner fills in the checkpoint's)")
     floor = None if params.relative_floor == CHECKPOINT else params.relative_floor
     if params.if_uncertain == "keep_all" and uncertainty(units, params.uncertain_below)[1]:
-        return np.ones(len(units), dtype=bool), 0
+        # everything, within the budgets: a budget bounds the output in every mode
+        everything = np.ones(len(units), dtype=bool)
+        return pack_budget(units, everything, params.token_budget, params.per_passage_budget), 0
     keep = apply_threshold(units, params.threshold, floor)
     keep = gate_passages(units, keep, params.min_relevance)
     forced = must_keep(units, np.zeros(len(units), dtype=bool), params.must_keep)

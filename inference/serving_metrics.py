@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -40,6 +41,11 @@ class Metrics:
         self.p_cost_saved = Counter(
             "pruner_cost_saved_usd", "generator input cost saved (priced requests)", registry=r
         )
+        self.p_cost_lost = Counter(
+            "pruner_cost_lost_usd",
+            "what priced requests cost beyond what they saved (a summarizer that spent more)",
+            registry=r,
+        )
         self.p_summary = Counter(
             "pruner_summary_chunks", "middle-tier chunks by outcome", ["outcome"], registry=r
         )
@@ -59,35 +65,40 @@ class Metrics:
     def record(
         self, latency: float, passages: int, tokens_in: int, tokens_out: int, cost_saved: float = 0.0
     ) -> None:
+        if not math.isfinite(cost_saved):  # never poison the running sums
+            cost_saved = 0.0
         with self.lock:
             self.requests += 1
             self.passages += passages
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
-            self.cost_saved += cost_saved
+            self.cost_saved += cost_saved  # net: a request may cost more than it saved
             self.latencies.append(latency)
         self.p_tokens_in.inc(tokens_in)
         self.p_tokens_out.inc(tokens_out)
-        if cost_saved:
+        if cost_saved > 0:  # a Prometheus counter only rises: losses have their own
             self.p_cost_saved.inc(cost_saved)
+        elif cost_saved < 0:
+            self.p_cost_lost.inc(-cost_saved)
 
     def record_summary(self, summary) -> None:
         """One result's middle tier (``PruneStats.summary``): the net saving is ``cost_saved``,
         which already has the summarizer's spend taken off."""
         saved = summary.tokens_in - summary.tokens_out
+        cost = summary.cost if math.isfinite(summary.cost) and summary.cost > 0 else 0.0
         with self.lock:
             for k in self.summary:
                 self.summary[k] += getattr(summary, k)
             self.summary_tokens_saved += saved
-            self.summarizer_cost += summary.cost
+            self.summarizer_cost += cost
         for outcome in ("summarized", "guard_fallbacks", "failed", "not_shorter"):
             n = getattr(summary, outcome)
             if n:
                 self.p_summary.labels(outcome).inc(n)
         if saved > 0:
             self.p_summary_saved.inc(saved)
-        if summary.cost:
-            self.p_summarizer_cost.inc(summary.cost)
+        if cost:
+            self.p_summarizer_cost.inc(cost)
 
     def record_batch(self, queries: int) -> None:
         with self.lock:

@@ -29,6 +29,9 @@ def _knob(default, help: str, ge: float | None = None, le: float | None = None):
 
 MAX_MUST_KEEP = 16  # patterns per request
 
+# USD per million input tokens: far above any model's price, far below where sums overflow
+MAX_PRICE_PER_MILLION = 1e6
+
 
 MAX_PATTERN_CHARS = 200
 
@@ -107,7 +110,10 @@ class SelectionParams:
         1.0,
     )
     price_per_million_tokens: float | None = _knob(
-        None, "the generator's input price (USD per million tokens): stats then carry the money saved", 0.0
+        None,
+        "the generator's input price (USD per million tokens): stats then carry the money saved",
+        0.0,
+        MAX_PRICE_PER_MILLION,
     )
 
     def __post_init__(self) -> None:
@@ -130,6 +136,17 @@ class SelectionParams:
         for pattern in self.must_keep:
             compile_pattern(pattern)
 
+    def with_request_threshold(self, threshold: float) -> SelectionParams:
+        """These resolved settings with the checkpoint's per-request ``threshold`` filled in (the
+        middle tier's lower edge never above it)."""
+        out = copy.copy(self)
+        object.__setattr__(out, "threshold", float(threshold))
+        summary = self.summary_threshold
+        if self.summarize:
+            summary = threshold / 4 if summary is None else min(summary, threshold)
+            object.__setattr__(out, "summary_threshold", summary)
+        return out
+
     def replace(self, **overrides) -> SelectionParams:
         """A copy with ``overrides`` (unknown names are a one-line error)."""
         names = {f.name for f in fields(self)}
@@ -141,12 +158,20 @@ class SelectionParams:
     def resolve(self, config) -> SelectionParams:
         """The settings with the checkpoint's calibrated values (``config``: a PrunerConfig)
         filled in where they were left to it."""
-        threshold = config.threshold if self.threshold is None else self.threshold
         floor = (
             getattr(config, "relative_floor", None)
             if self.relative_floor == CHECKPOINT
             else self.relative_floor
         )
+        # left to the checkpoint, under its own rule: its per-request threshold, which selection
+        # computes from the request itself (threshold stays None until then)
+        per_request = (
+            self.threshold is None
+            and self.operating_point is None
+            and self.relative_floor == CHECKPOINT
+            and getattr(config, "threshold_model", None) is not None
+        )
+        threshold = None if per_request else config.threshold if self.threshold is None else self.threshold
         if self.operating_point is not None:
             threshold, floor = _named_point(config, self.operating_point, self.threshold, self.relative_floor)
         resolved = {
@@ -160,7 +185,11 @@ class SelectionParams:
             # the calibrated middle tier is on the checkpoint's own scale, not a named point's
             calibrated = None if self.operating_point else getattr(config, "summary_threshold", None)
             resolved["summary_threshold"] = (
-                calibrated if calibrated is not None else resolved["threshold"] / 4
+                calibrated
+                if calibrated is not None
+                else None
+                if resolved["threshold"] is None  # a quarter of the request's own threshold
+                else resolved["threshold"] / 4
             )
         if all(getattr(self, k) == v for k, v in resolved.items()):
             return self

@@ -223,14 +223,14 @@ def summary_schema(n: int) -> dict:
 
 def parse_summaries(content: str, n: int) -> list[str | None]:
     """The summaries of an answer by chunk id; a chunk it does not answer (or answers with an
-    empty text) gets None."""
+    empty text) gets None. Never raises: an answer that is not such JSON answers nothing."""
     out: list[str | None] = [None] * n
     text = content.strip()
     if text.startswith("```"):
         text = text.strip("`").removeprefix("json").strip()
     try:
         data = json.loads(text[text.find("{") : text.rfind("}") + 1] if "{" in text else text)
-    except (json.JSONDecodeError, ValueError):
+    except (json.JSONDecodeError, ValueError, RecursionError):  # nested past the parser's depth too
         return out
     items = data.get("summaries", []) if isinstance(data, dict) else []
     for item in items if isinstance(items, list) else []:

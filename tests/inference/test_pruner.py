@@ -182,3 +182,14 @@ def test_uncertain_queries_are_flagged_and_can_keep_everything(tiny_checkpoint):
     assert fallback.to_dict()["stats"]["uncertain"] is True
     with pytest.raises(ValueError, match="if_uncertain must be one of flag, keep_all"):
         pruner.prune("q?", PASSAGES, if_uncertain="maybe")
+
+
+def test_keep_all_stays_within_the_token_budgets(tiny_checkpoint):
+    pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+    everything = dict(threshold=1.0, uncertain_below=1.0, if_uncertain="keep_all")
+    whole = pruner.prune("q?", PASSAGES, **everything)
+    assert whole.stats.tokens_out > 20
+    capped = pruner.prune("q?", PASSAGES, token_budget=20, **everything)
+    assert capped.stats.uncertain and 0 < capped.stats.tokens_out <= 20
+    per = pruner.prune("q?", PASSAGES, per_passage_budget=10, **everything)
+    assert all(sum(s.tokens for s in p.sentences if s.kept) <= 10 for p in per.passages)

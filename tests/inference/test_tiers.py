@@ -204,6 +204,8 @@ def test_the_prompt_keeps_passages_as_data_and_answers_are_parsed_by_id():
     answer = '{"summaries": [{"id": "C2", "summary": "two"}, {"id": "C9", "summary": "x"}, {"id": "C1", "summary": ""}]}'
     assert parse_summaries(answer, 2) == [None, "two"]
     assert parse_summaries("not json", 2) == [None, None]
+    deep = '{"summaries": ' + "[" * 100_000 + "]" * 100_000 + "}"  # past the JSON parser's depth
+    assert parse_summaries(deep, 2) == [None, None]
 
 
 def test_the_cache_is_bounded_and_safe_across_threads(tmp_path):
