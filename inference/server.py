@@ -81,13 +81,22 @@ class RequestChecks:
         if not query.strip():
             raise self._error(422, "query is empty")
 
+    def cheap_cost(self, texts: list[str]) -> None:
+        """The token cap by a cheap lower bound first, before anything is segmented or tokenized:
+        every whitespace-separated word is at least one token."""
+        cap, words = self.limits.max_request_tokens, 0
+        for text in texts:
+            words += len(text.split())
+            if words > cap:
+                raise self._error(413, f"request has over {cap} passage words, over the token limit of {cap}")
+
     def cost(self, requests: list[PruneRequest]) -> None:
-        tokens = count_tokens(self.pruner.tokenizer, [p.text for r in requests for p in r.prepared])
-        if tokens > self.limits.max_request_tokens:
-            raise self._error(
-                413,
-                f"request has {tokens} passage tokens, over the limit of {self.limits.max_request_tokens}",
-            )
+        """The token cap, counted passage by passage and stopped as soon as it is passed."""
+        cap, tokens = self.limits.max_request_tokens, 0
+        for text in (p.text for r in requests for p in r.prepared):
+            tokens += count_tokens(self.pruner.tokenizer, [text])
+            if tokens > cap:
+                raise self._error(413, f"request has over {cap} passage tokens, over the limit of {cap}")
 
     def prepare(self, query: str, passages: list, settings: dict) -> PruneRequest:
         """A request checked and segmented now: a batch never fails on this request's text."""
@@ -118,6 +127,10 @@ class RequestChecks:
         return self.prepare(body.query, passages, settings)
 
     def prune_bodies(self, bodies: list[PruneBody]) -> list[PruneRequest]:
+        for b in bodies:  # cheap measures first: sizes, then words, before any segmenting
+            self.query(b.query)
+            self.texts([p if isinstance(p, str) else p.text for p in b.passages], "passage")
+        self.cheap_cost([p if isinstance(p, str) else p.text for b in bodies for p in b.passages])
         requests = [self.prune_body(b) for b in bodies]
         self.cost(requests)
         return requests
@@ -125,6 +138,7 @@ class RequestChecks:
     def rerank(self, query: str, documents: list[str]) -> PruneRequest:
         self.query(query)
         self.texts(documents, "document")
+        self.cheap_cost(documents)
         request = self.prepare(query, list(documents), {})
         self.cost([request])
         return request
