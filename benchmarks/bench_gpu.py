@@ -4,7 +4,8 @@
 
 Measures, on the first CUDA device: training steps of the model's recipe (AdamW, bf16 autocast)
 on synthetic windows of 256 tokens at batch 16 and 64; encoder windows/s of the torch backend in
-fp32 and bf16; and a real `pruner serve --backend torch --device cuda --dtype bf16` process under
+fp32 and bf16; the keep/drop agreement of ``prune()`` on the GPU (bf16) with torch fp32 on the CPU;
+and a real `pruner serve --backend torch --device cuda --dtype bf16` process under
 1, 8 and 64 concurrent clients with micro-batching on and off (requests/s, p50/p95 latency,
 queries per encoder batch). Each measurement is time-boxed (``--seconds``); the whole run takes
 a few minutes. Prints a markdown table and writes the numbers as JSON.
@@ -105,6 +106,33 @@ def bench_encoder(model_dir: str, seconds: float) -> dict:
     return out
 
 
+def bench_agreement(model_dir: str, n_groups: int = 100) -> dict:
+    """Keep/drop agreement of the GPU path (torch, bf16) with torch fp32 on the CPU, per sentence,
+    on retriever-style 5-passage groups at the checkpoint's default operating point."""
+    from bench_inference import groups_of, load_pairs
+
+    from pruner_model import ContextPruner
+
+    groups = groups_of(load_pairs(5 * n_groups, "data/squad/dev.jsonl"))
+    kept = {}
+    for name, kwargs in (
+        ("cpu_fp32", {"device": "cpu", "dtype": "fp32"}),
+        ("gpu_bf16", {"device": DEVICE, "dtype": "bf16"}),
+    ):
+        pruner = ContextPruner.from_pretrained(model_dir, backend="torch", **kwargs)
+        results = pruner.prune_batch(groups)
+        kept[name] = [s.kept for r in results for p in r.passages for s in p.sentences]
+        kept[name + "_compression"] = float(np.mean([r.stats.compression for r in results]))
+    a, b = np.array(kept["cpu_fp32"]), np.array(kept["gpu_bf16"])
+    return {
+        "groups": len(groups),
+        "sentences": int(len(a)),
+        "keep_drop_agreement": float((a == b).mean()),
+        "compression_cpu_fp32": kept["cpu_fp32_compression"],
+        "compression_gpu_bf16": kept["gpu_bf16_compression"],
+    }
+
+
 def bench_serving(model_dir: str, seconds: float) -> dict:
     import httpx
     from bench_inference import groups_of, load_pairs, start_server
@@ -177,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report["training"]), file=sys.stderr)
     report["encoder"] = bench_encoder(args.model, args.seconds)
     print(json.dumps(report["encoder"]), file=sys.stderr)
+    report["agreement"] = bench_agreement(args.model)
+    print(json.dumps(report["agreement"]), file=sys.stderr)
     if not args.skip_serving:
         report["serving"] = bench_serving(args.model, args.seconds)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -186,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| training, {k} (bf16) | {v['windows_per_s']:.0f} |")
     for k, v in report["encoder"].items():
         print(f"| encoder, batch 64 x 256, {k} | {v['windows_per_s']:.0f} |")
+    ag = report["agreement"]
+    print(
+        f"| prune(), GPU bf16 vs CPU fp32 on {ag['groups']} groups: keep/drop agreement "
+        f"{ag['keep_drop_agreement']:.4f}, compression {ag['compression_gpu_bf16']:.3f} vs "
+        f"{ag['compression_cpu_fp32']:.3f} | |"
+    )
     for k, v in report.get("serving", {}).items():
         print(
             f"| serve {k} clients: requests/s {v['requests_per_s']:.1f}, p95 {v['p95_ms']:.0f} ms, "
