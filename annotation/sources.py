@@ -194,7 +194,7 @@ def evidence_sentences(
     evidence everywhere it occurs). With ``fact`` (coreference questions: "the last name of the
     person who ..."): the sentence that shares the most words with the query (the fact the
     question describes) and, when it lacks the answer, the answer's mention nearest to it."""
-    from pruner_model.evaluation.groups import content_words
+    from pruner_model.core.text import content_words
 
     from pruner_model import segment
 

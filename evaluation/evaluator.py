@@ -40,12 +40,18 @@ def dev_metrics(
     relative_floor: float | None = None,
     relevance_exponent: float = 0.0,
     relevance_contrast: float = 0.0,
+    default=None,
 ) -> dict:
     """Metrics at ``threshold`` (on relevance-weighted scores when ``relevance_exponent`` > 0, then
-    relative ones when ``relative_floor`` is set), plus the best compression reachable at the
-    evidence ``target`` on these groups (an in-sample figure)."""
+    relative ones when ``relative_floor`` is set), or at the checkpoint's per-request default
+    (``default``, a :class:`~pruner_model.evaluation.threshold_fit.RequestDefault`), plus the best
+    compression reachable at the evidence ``target`` on these groups (an in-sample figure)."""
     groups = with_score_rules(groups, relevance_exponent, relative_floor, relevance_contrast)
-    m = metrics_at(groups, threshold)
+    m = metrics_at(groups, threshold, None if default is None else default.masks(groups))
+    if default is not None:
+        t = default.thresholds
+        m["threshold"] = float(np.median(t)) if len(t) else float("nan")
+        m["per_request"] = True
     m["relative_floor"] = relative_floor
     m["relevance_exponent"] = relevance_exponent
     m["relevance_contrast"] = relevance_contrast

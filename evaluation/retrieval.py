@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pruner_model.evaluation.groups import words
+from pruner_model.core.text import words
 
 
 class TfidfIndex:

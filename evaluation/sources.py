@@ -20,6 +20,7 @@ only.
 
 from __future__ import annotations
 
+import numpy as np
 from pruner_model.evaluation.calibration import calibrate_threshold
 from pruner_model.evaluation.groups import LabeledGroup, load_range, records_by_source
 from pruner_model.evaluation.metrics import ScoredGroup, best_compression_at, metrics_at, sweep
@@ -47,13 +48,13 @@ def with_roles(records: list[dict]) -> list[dict]:
     return out
 
 
-def role_token_shares(groups: list[LabeledGroup], scored: list[ScoredGroup], threshold: float) -> dict:
-    """Share of each role's tokens kept at ``threshold`` (``answerless``: every passage of the
-    groups without a gold passage)."""
+def role_token_shares(groups: list[LabeledGroup], scored: list[ScoredGroup], threshold) -> dict:
+    """Share of each role's tokens kept at ``threshold`` (a number, or the checkpoint's
+    per-request default, a ``RequestDefault``) (``answerless``: every passage of the groups
+    without a gold passage)."""
     kept = dict.fromkeys(ROLES, 0)
     total = dict.fromkeys(ROLES, 0)
-    for g, s in zip(groups, scored):
-        keep = s.scores >= threshold
+    for g, s, keep in zip(groups, scored, _masks(scored, threshold)):
         roles = [p.get("role") for p in g.passages]
         answerless = "gold" not in roles
         cut = 0
@@ -110,8 +111,19 @@ def rank_passages(groups: list[LabeledGroup], passage_scores: list[list[float] |
     return out
 
 
-def _at(scored: list[ScoredGroup], threshold: float, promised: float) -> dict:
-    at = metrics_at(scored, threshold)
+def _masks(scored: list[ScoredGroup], threshold) -> list[np.ndarray]:
+    if isinstance(threshold, int | float):
+        return [g.scores >= threshold for g in scored]
+    return threshold.masks(scored)
+
+
+def _at(scored: list[ScoredGroup], threshold, promised: float) -> dict:
+    """The promise and compression at ``threshold``: a number, or the checkpoint's per-request
+    default (a ``RequestDefault``; ``threshold`` then reports the median of its thresholds)."""
+    at = metrics_at(scored, float("nan"), _masks(scored, threshold))
+    if not isinstance(threshold, int | float):
+        t = threshold.thresholds
+        threshold = float(np.median(t)) if len(t) else float("nan")
     return {
         "threshold": threshold,
         "evidence_preserved": at["evidence_preserved"],
@@ -123,10 +135,11 @@ def _at(scored: list[ScoredGroup], threshold: float, promised: float) -> dict:
 def source_metrics(
     groups: list[LabeledGroup],
     scored: list[ScoredGroup],
-    checkpoint_threshold: float,
+    checkpoint_threshold,
     promised: float,
 ) -> dict:
-    """Every per-source number (see the module docstring) of one source's scored groups."""
+    """Every per-source number (see the module docstring) of one source's scored groups;
+    ``checkpoint_threshold``: the checkpoint's default, a number or its per-request default."""
     out: dict = {
         "groups": len(groups),
         "queries_with_evidence": sum(s.has_evidence for s in scored),
@@ -160,6 +173,7 @@ def evaluate_sources(
     also at the checkpoint's named operating point of its name (``operating_point``: at that one)."""
     from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.evaluation.threshold_fit import request_default
 
     cfg = pruner.config
     by_source = records_by_source(with_roles(records))
@@ -177,7 +191,10 @@ def evaluate_sources(
             continue
         raw = score_groups(pruner, groups, progress=progress).groups
         scored = with_score_rules(raw, exponent, floor, contrast)
-        out[src] = source_metrics(groups, scored, float(cfg.threshold), promised)
+        default = request_default(cfg, groups, raw)
+        out[src] = source_metrics(
+            groups, scored, float(cfg.threshold) if default is None else default, promised
+        )
         point = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
         if point is not None and out[src]["queries_with_evidence"]:
             # a point on the checkpoint's own floor is scored as the checkpoint's threshold was

@@ -74,7 +74,7 @@ def score_slices(
 def top_overlap(records: list[dict], plan, seed: int, cfg, scores: dict) -> dict:
     """``{(part, slice): array}``: content words each query shares with its best-scoring sentence
     (known at inference time, unlike the answer's overlap that defines the low-overlap slice)."""
-    from pruner_model.evaluation.groups import content_words
+    from pruner_model.core.text import content_words
 
     out = {}
     for part, name, a, b in plan:

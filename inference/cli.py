@@ -367,7 +367,9 @@ def _api_key(named: str | None, environ) -> str | None:
     key = environ.get(name, "")
     if not key.strip():
         state = "is empty" if name in environ else "is not set"
-        raise ValueError(f"the API key variable {name} {state}: set it, or leave --api-key-env out to serve without a key")
+        raise ValueError(
+            f"the API key variable {name} {state}: set it, or leave --api-key-env out to serve without a key"
+        )
     return key
 
 

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pruner_model.core.alignment import count_tokens, unit_bounds
-from pruner_model.core.configuration import check_fits
+from pruner_model.core.alignment import char_token_floor, count_tokens, unit_bounds
+from pruner_model.core.configuration import PrunerConfig, check_fits
+from pruner_model.core.request_features import request_features
 from pruner_model.core.score_rules import contrasted_relevance, relevance_weighted
 from pruner_model.core.scoring import PairScores, score_pairs
+from pruner_model.core.threshold_model import ThresholdModel
 from pruner_model.inference.backends import Backend, TorchBackend
 from pruner_model.inference.budget import token_counter
 from pruner_model.inference.loading import is_onnx_folder, load_config, load_tokenizer, resolve_model_path
@@ -34,12 +36,17 @@ from pruner_model.inference.results import (
     join_spans,
     with_timings,
 )
-from pruner_model.inference.selection import Units, merge_spans, middle_tier, select, uncertainty
-from pruner_model.inference.settings import SelectionParams
+from pruner_model.inference.selection import (
+    Units,
+    merge_spans,
+    middle_tier,
+    must_keep_hits,
+    select,
+    uncertainty,
+)
+from pruner_model.inference.settings import MUST_KEEP_SECONDS, SelectionParams
 from pruner_model.inference.summarize import check_summarizer
 from pruner_model.inference.tiers import MIDDLE
-
-from pruner_model import PrunerConfig
 
 _DEFAULT_PARAMS = SelectionParams()  # frozen: shared by every call that passes no params
 
@@ -61,6 +68,7 @@ class ContextPruner:
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config
+        self._threshold_model = None  # (the config's dict, its parsed ThresholdModel)
         self.batch_size = batch_size
         self.progress_above: int | None = None  # show a bar when one call scores more windows
         self.source: str | None = None  # the folder or hub id it was loaded from, if any
@@ -275,7 +283,9 @@ class ContextPruner:
         for (qi, _), u in zip(pairs, slot):
             tokens_per_query[qi] += scored[u].window_tokens
         results = [
-            self._select(query, passages, qi, by_pair, self.selection_params(requests[qi].params))
+            self._select(
+                query, passages, qi, by_pair, self.selection_params(requests[qi].params), requests[qi].forced
+            )
             for qi, (query, passages) in enumerate(prepared)
         ]
         total = time.perf_counter() - t0
@@ -320,11 +330,21 @@ class ContextPruner:
             return lambda texts: [count_tokens(self.tokenizer, [t]) for t in texts]
         return lambda texts: [int(n) for n in counter(texts)]
 
-    def prepare(self, request: PruneRequest) -> PruneRequest:
+    def prepare(self, request: PruneRequest, must_keep_deadline: float | None = None) -> PruneRequest:
         """Check and segment a request's query and passages now (raises ValueError/TypeError on bad
-        input), so a batch of prepared requests cannot fail on one request's text."""
+        input), so a batch of prepared requests cannot fail on one request's text; its ``must_keep``
+        patterns are matched now too, by ``must_keep_deadline`` (a ``time.monotonic()`` instant that
+        the queries of one HTTP request share; default: the one-call budget from now), so pattern
+        matching never holds the encoder's batcher."""
         _, passages = self._prepare(request)
-        return replace(request, prepared=passages)
+        forced = None
+        if request.params.must_keep:
+            deadline = (
+                time.monotonic() + MUST_KEEP_SECONDS if must_keep_deadline is None else must_keep_deadline
+            )
+            texts = [u.text_of(p.text) for p in passages for u in p.units]
+            forced = must_keep_hits(texts, request.params.must_keep, deadline)
+        return replace(request, prepared=passages, forced=forced)
 
     def keep_masks(
         self, items: Sequence[tuple[str, Sequence[PassageInput]]], settings: Sequence[SelectionParams]
@@ -387,14 +407,19 @@ class ContextPruner:
             for p in pairs
         ]
 
-    def _select(self, query, passages, qi, by_pair, params: SelectionParams) -> PruneResult:
+    def _select(self, query, passages, qi, by_pair, params: SelectionParams, forced=None) -> PruneResult:
         """Selection over the units of one query's passages, then the typed result."""
         pairs = self._weighted([by_pair.get((qi, pi)) for pi in range(len(passages))])
         units, starts, ends = _units(passages, pairs)
+        if params.threshold is None:  # the checkpoint's per-request threshold, from the request itself
+            params = params.with_request_threshold(*self._request_threshold(query, units))
         counter = token_counter(params.budget_tokenizer)
         if counter is not None:  # budgets and counts in the generator's tokens
             units.tokens = counter(units.texts)
-        keep, removed = select(units, params)
+        # characters a tokenizer drops (zero-width, combining, controls) still count: a budget
+        # bounds the characters returned as well as the tokens
+        units.tokens = np.maximum(units.tokens, char_token_floor(units.texts))
+        keep, removed = select(units, params, forced)
         confidence, uncertain = uncertainty(units, params.uncertain_below)
         tiers = None
         if params.summarize:  # verbatim = what the plain pruner keeps; the middle tier is resolved later
@@ -404,6 +429,19 @@ class ContextPruner:
         stats = _stats(units, keep, removed, confidence, uncertain, params)
         text = "\n\n".join(r.text for r in results if r.text)
         return PruneResult(query, text, tuple(results), stats, params.threshold)
+
+    def _request_threshold(self, query: str, units: Units) -> tuple[float, float | None]:
+        """The threshold and passage relevance gate the checkpoint's threshold model gives this
+        request (units: scored and relevance-weighted, before the relative floor)."""
+        cached = self._threshold_model
+        if cached is None or cached[0] is not self.config.threshold_model:
+            cached = (self.config.threshold_model, ThresholdModel.from_dict(self.config.threshold_model))
+            self._threshold_model = cached
+        model = cached[1]
+        feats = request_features(
+            query, units.texts, units.passage, units.scores, self.config.relative_floor, units.relevance
+        )
+        return model.threshold(feats), model.min_relevance
 
 
 def _units(passages: list[PreparedPassage], scores: list[PairScores | None]):

@@ -19,6 +19,7 @@ class PruneRequest:
     passages: Sequence[PassageInput] | PassageInput
     params: SelectionParams
     prepared: list | None = None  # the segmented passages, once ContextPruner.prepare() checked them
+    forced: object = None  # numpy bool per unit: the units must_keep matched (prepare(), off the batcher)
 
 
 @dataclass

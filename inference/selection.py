@@ -142,11 +142,24 @@ def must_keep(
     """
     if not patterns or not len(units):
         return keep
+    return keep | must_keep_hits(units.texts, patterns, time.monotonic() + seconds, seconds)
+
+
+def must_keep_hits(
+    texts: list[str], patterns: tuple[str, ...], deadline: float, seconds: float = MUST_KEEP_SECONDS
+) -> np.ndarray:
+    """Which ``texts`` match one of ``patterns``, all matching done by ``deadline`` (a
+    ``time.monotonic()`` instant shared by every query of one request; ``seconds`` names the
+    budget in the error).
+
+    Raises:
+        ValueError: the patterns ran past the deadline (catastrophic backtracking?).
+    """
     compiled = [compile_pattern(p) for p in patterns]
-    stop = time.monotonic() + seconds
-    hits = np.zeros(len(units), dtype=bool)
+    stop = deadline
+    hits = np.zeros(len(texts), dtype=bool)
     for c, pattern in zip(compiled, patterns):
-        for i, text in enumerate(units.texts):
+        for i, text in enumerate(texts):
             if hits[i]:
                 continue
             left = stop - time.monotonic()
@@ -159,7 +172,7 @@ def must_keep(
                     f"must_keep pattern {pattern!r} ran over {seconds:g} s on this text "
                     "(catastrophic backtracking?): simplify it"
                 ) from None
-    return keep | hits
+    return hits
 
 
 def uncertainty(units: Units, below: float | str | None) -> tuple[float, bool]:
@@ -169,7 +182,7 @@ def uncertainty(units: Units, below: float | str | None) -> tuple[float, bool]:
     return confidence, below not in (None, CHECKPOINT) and confidence < float(below)
 
 
-def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
+def select(units: Units, params: SelectionParams, forced: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Threshold → passage gate → must_keep → keep_top → neighbours → headings → dedup → budget;
     with ``if_uncertain="keep_all"``, an uncertain query (see :func:`uncertainty`) keeps everything
     that fits the token budgets.
@@ -177,7 +190,8 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
     ``params`` needs a threshold (``ContextPruner`` fills in the checkpoint's); a relative floor
     left at ``"checkpoint"`` means absolute scores here, where there is no checkpoint. Returns the
     keep mask and the number of duplicate units removed. Budget packing takes ``must_keep`` units
-    first, then the others by score.
+    first, then the others by score. ``forced``: the units ``must_keep`` matched, when the request
+    was matched before it was scored.
     """
     if params.threshold is None:
         raise ValueError("select() needs a threshold (ContextPruner fills in the checkpoint's)")
@@ -188,7 +202,8 @@ def select(units: Units, params: SelectionParams) -> tuple[np.ndarray, int]:
         return pack_budget(units, everything, params.token_budget, params.per_passage_budget), 0
     keep = apply_threshold(units, params.threshold, floor)
     keep = gate_passages(units, keep, params.min_relevance)
-    forced = must_keep(units, np.zeros(len(units), dtype=bool), params.must_keep)
+    if forced is None:  # else matched when the request was prepared (ContextPruner.prepare)
+        forced = must_keep(units, np.zeros(len(units), dtype=bool), params.must_keep)
     keep = keep | forced
     keep = keep_top(units, keep, params.keep_top)
     keep = expand_neighbors(units, keep, params.neighbors)

@@ -31,7 +31,7 @@ from pruner_model.inference.http_schemas import (
 from pruner_model.inference.pruner import ContextPruner
 from pruner_model.inference.requests import PruneRequest
 from pruner_model.inference.serving_metrics import Metrics
-from pruner_model.inference.settings import SelectionParams
+from pruner_model.inference.settings import MUST_KEEP_SECONDS, SelectionParams
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,9 @@ class RequestChecks:
             if tokens > cap:
                 raise self._error(413, f"request has over {cap} passage tokens, over the limit of {cap}")
 
-    def prepare(self, query: str, passages: list, settings: dict) -> PruneRequest:
+    def prepare(
+        self, query: str, passages: list, settings: dict, must_keep_deadline: float | None = None
+    ) -> PruneRequest:
         """A request checked and segmented now: a batch never fails on this request's text."""
         counter = settings.get("budget_tokenizer")
         if counter not in (None, PRUNER, *self.limits.budget_tokenizers):
@@ -113,25 +115,27 @@ class RequestChecks:
             )
         try:
             params = self.pruner.selection_params(SelectionParams(), **settings)
-            return self.pruner.prepare(PruneRequest(query, passages, params))
+            return self.pruner.prepare(PruneRequest(query, passages, params), must_keep_deadline)
         except (ValueError, TypeError) as exc:
             raise self._error(422, str(exc)) from None
 
-    def prune_body(self, body: PruneBody) -> PruneRequest:
+    def prune_body(self, body: PruneBody, must_keep_deadline: float | None = None) -> PruneRequest:
         self.query(body.query)
         self.texts([p if isinstance(p, str) else p.text for p in body.passages], "passage")
         passages = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in body.passages]
         settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
         if "must_keep" in settings:
             settings["must_keep"] = tuple(settings["must_keep"])
-        return self.prepare(body.query, passages, settings)
+        return self.prepare(body.query, passages, settings, must_keep_deadline)
 
     def prune_bodies(self, bodies: list[PruneBody]) -> list[PruneRequest]:
         for b in bodies:  # cheap measures first: sizes, then words, before any segmenting
             self.query(b.query)
             self.texts([p if isinstance(p, str) else p.text for p in b.passages], "passage")
         self.cheap_cost([p if isinstance(p, str) else p.text for b in bodies for p in b.passages])
-        requests = [self.prune_body(b) for b in bodies]
+        # one must_keep budget for the whole request, however many queries it holds
+        deadline = time.monotonic() + MUST_KEEP_SECONDS
+        requests = [self.prune_body(b, deadline) for b in bodies]
         self.cost(requests)
         return requests
 

@@ -136,13 +136,16 @@ class SelectionParams:
         for pattern in self.must_keep:
             compile_pattern(pattern)
 
-    def with_request_threshold(self, threshold: float) -> SelectionParams:
+    def with_request_threshold(self, threshold: float, min_relevance: float | None = None) -> SelectionParams:
         """These resolved settings with the checkpoint's per-request ``threshold`` filled in (the
-        middle tier's lower edge never above it)."""
+        middle tier's lower edge never above it) and its passage relevance gate, where the
+        request left ``min_relevance`` unset."""
         out = copy.copy(self)
         object.__setattr__(out, "threshold", float(threshold))
-        summary = self.summary_threshold
+        if self.min_relevance is None and min_relevance is not None:
+            object.__setattr__(out, "min_relevance", float(min_relevance))
         if self.summarize:
+            summary = self.summary_threshold
             summary = threshold / 4 if summary is None else min(summary, threshold)
             object.__setattr__(out, "summary_threshold", summary)
         return out
@@ -168,7 +171,7 @@ class SelectionParams:
         per_request = (
             self.threshold is None
             and self.operating_point is None
-            and self.relative_floor == CHECKPOINT
+            and self.relative_floor in (CHECKPOINT, getattr(config, "relative_floor", None))
             and getattr(config, "threshold_model", None) is not None
         )
         threshold = None if per_request else config.threshold if self.threshold is None else self.threshold

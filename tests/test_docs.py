@@ -65,6 +65,7 @@ def test_serving_docs_commands_run_from_any_folder(tiny_checkpoint, tmp_path):
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                     text=True,
+                    start_new_session=True,  # its own process group: the shell and the server end together
                 )
                 _wait_ready(server, port)
                 continue
@@ -76,8 +77,30 @@ def test_serving_docs_commands_run_from_any_folder(tiny_checkpoint, tmp_path):
                 assert "stats" in json.loads(run.stdout)
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
+            _end_group(server)
+
+
+def _end_group(proc) -> None:
+    """End a shell-started process and everything it started (``terminate()`` alone ends the
+    shell and leaves the server running), then check that nothing of the group outlived it."""
+    import os
+    import signal
+    import time
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.killpg(proc.pid, 0)  # is any member of the group still alive?
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("a process started by the docs' serve line outlived the test")
 
 
 def _wait_ready(server, port: str) -> None:

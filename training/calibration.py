@@ -19,6 +19,7 @@ from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, 
 from pruner_model.evaluation.metrics import relative_groups, weighted_groups
 from pruner_model.evaluation.scorer import score_groups
 from pruner_model.evaluation.statistics import promise_check
+from pruner_model.evaluation.threshold_fit import request_default
 from pruner_model.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -70,8 +71,10 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.relevance_contrast = c.relevance_contrast  # a fixed rule: the floor and exponent are chosen under it
     precision = calibration_precision(model, cfg)
     scored, auc = _score(model, tokenizer, groups, precision)
-    shifted = _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
-    shifted.update(_score_sources(model, tokenizer, cfg, precision, quiet))
+    labeled = _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
+    labeled.update(_score_sources(model, tokenizer, cfg, precision, quiet))
+    shifted = {k: gs for k, (_, gs) in labeled.items()}
+    labeled = {"as_is": (groups, scored), **labeled}
     aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
     floors = [None, *c.relative_floors]
     exponents = [0.0, *c.relevance_exponents]
@@ -94,6 +97,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
     mc.operating_points = _operating_points(slices, _dev_name(dev), floors, aim, c, mc, quiet)
+    mc.threshold_model = _threshold_model(labeled, mc, aim, c) if c.per_request else None
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
     metrics = dev_metrics(
@@ -104,6 +108,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         mc.relative_floor,
         mc.relevance_exponent,
         mc.relevance_contrast,
+        request_default(mc, groups, scored),
     )
     # floors[0] is None and exponents[0] is 0: candidates[0] is the plain token-head score
     metrics.update(
@@ -125,6 +130,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
                 mc.relative_floor,
                 mc.relevance_exponent,
                 mc.relevance_contrast,
+                request_default(mc, labeled[name][0], gs),
             )
             metrics[f"shift_{name}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
     if mc.operating_points:
@@ -150,7 +156,34 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
             f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
             f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
         )
+        if mc.threshold_model is not None:
+            logger.info(
+                "per-request threshold (the default; "
+                + ", ".join(f"{t:.4f}" for t in mc.threshold_model["thresholds"])
+                + f" by band, relevance gate {mc.threshold_model['min_relevance']}): "
+                f"as_is kept {metrics['evidence_preserved']:.3f} compression {metrics['compression']:.3f}, "
+                + ", ".join(
+                    f"{k.removeprefix('source:')} {v['evidence_preserved']:.3f} / {v['compression']:.3f}"
+                    for k, v in ((k[6:], v) for k, v in metrics.items() if k.startswith("shift_"))
+                )
+            )
     return metrics
+
+
+def _threshold_model(labeled: dict, mc, aim: float, c) -> dict | None:
+    """The per-request threshold model (:mod:`pruner_model.evaluation.threshold_fit`) of every
+    calibration slice under the chosen score rule (``mc``, the model's config), as config.json
+    holds it; None when too few calibration queries have evidence."""
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.threshold_fit import FitSlice, fit_threshold_model, group_features
+
+    rule = (mc.relevance_exponent, mc.relative_floor, mc.relevance_contrast)
+    slices = [
+        FitSlice(name, with_score_rules(raw, *rule), group_features(groups, raw, *rule))
+        for name, (groups, raw) in labeled.items()
+    ]
+    model = fit_threshold_model(slices, aim, c.confidence, c.per_request_bands)
+    return None if model is None else model.to_dict()
 
 
 def _point_text(point: dict) -> str:
@@ -234,7 +267,8 @@ def _uncertainty_threshold(groups, mc, share: float) -> float | None:
 def _score_shifts(
     model, tokenizer, cfg: TrainConfig, dev: list[dict], groups, scored, precision: Precision = "fp32"
 ) -> dict:
-    """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored.
+    """The calibration groups rebuilt as each ``calibration.shifts`` slice, scored:
+    ``{name: (labeled groups, scored groups)}``.
 
     ``mined``, ``noisy`` and combined copies (``mined+noisy``) are built from the first
     ``calibration.shift_groups`` groups and scored again; slices that keep only low-overlap
@@ -251,18 +285,19 @@ def _score_shifts(
     for name in c.shifts:
         ids = every if "low_overlap" in shift_parts(name) else first
         if name == "low_overlap" and c.every_answer:
-            out[name] = [
-                s
+            few = [
+                (g, s)
                 for g, s in zip(groups, scored)
                 if shares_few_words(
                     g.query, (p["text"][a:b] for p in g.passages for a, b in p["relevant_spans"])
                 )
             ]
+            out[name] = ([g for g, _ in few], [s for _, s in few])
             continue
         records = build_shift(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if copies:
-            out[name] = _score(model, tokenizer, copies, precision)[0]
+            out[name] = (copies, _score(model, tokenizer, copies, precision)[0])
     return out
 
 
@@ -289,13 +324,14 @@ def source_slices(cfg: TrainConfig, start: int, stop: int | None, config) -> dic
 
 
 def _score_sources(model, tokenizer, cfg: TrainConfig, precision: Precision, quiet: bool) -> dict:
-    """Each calibration source's groups, scored (slices of their own beside the shifts)."""
+    """Each calibration source's groups, scored (slices of their own beside the shifts):
+    ``{"source:<name>": (labeled groups, scored groups)}``."""
     slices = source_slices(cfg, 0, cfg.data.calibration_source_groups, model.config)
     if slices and not quiet:
         logger.info(
             "calibration sources: " + ", ".join(f"{k[7:]} {len(v)} groups" for k, v in slices.items())
         )
-    return {name: _score(model, tokenizer, gs, precision)[0] for name, gs in slices.items()}
+    return {name: (gs, _score(model, tokenizer, gs, precision)[0]) for name, gs in slices.items()}
 
 
 def _log_calibration(candidates: list[dict], folds: int, with_exponent: bool, several: bool) -> None:
@@ -344,7 +380,14 @@ def report(
     precision = calibration_precision(model, cfg)
     scored, auc = _score(model, tokenizer, groups, precision)
     final = dev_metrics(
-        scored, auc, mc.threshold, target, mc.relative_floor, mc.relevance_exponent, mc.relevance_contrast
+        scored,
+        auc,
+        mc.threshold,
+        target,
+        mc.relative_floor,
+        mc.relevance_exponent,
+        mc.relevance_contrast,
+        request_default(mc, groups, scored),
     )
     final["passages_per_group"] = float(np.mean([len(g.passages) for g in groups]))
     final["scored_in"] = precision  # "precision" is the sentence precision metric
@@ -354,9 +397,14 @@ def report(
     if (mc.relative_floor is not None or mc.relevance_exponent) and absolute_threshold is not None:
         out["dev_absolute"] = dev_metrics(scored, auc, absolute_threshold, target)
     if not quiet:
+        at = (
+            f"at the per-request threshold (median {final['threshold']:.4f})"
+            if final.get("per_request")
+            else f"at threshold {mc.threshold:.4f}"
+        )
         logger.info(
             f"dev ({len(groups)} groups not used for calibration: {start}-{start + len(groups) - 1} of "
-            f"the permutation) at threshold {mc.threshold:.4f}: evidence preserved "
+            f"the permutation) {at}: evidence preserved "
             f"{final['evidence_preserved']:.3f}, compression {final['compression']:.3f}, "
             f"sentence F1 {final['f1']:.3f}, token AUC {auc:.4f}"
         )

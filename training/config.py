@@ -239,8 +239,17 @@ class CalibrationSection:
     # is native; thresholds match fp32 inference, docs/experiments/results-log.md). auto: where bf16 is native
     # (the same choice as train.mixed_precision: auto); yes / no (true / false): always / never
     bf16: Literal["auto", "yes", "no"] = "auto"
+    # a per-request threshold (core/threshold_model.py): requests are banded by how much they look
+    # like the calibration slices that need a low threshold, each band with its own threshold, all
+    # chosen so that every slice keeps the target; a request left to the checkpoint is thresholded
+    # by its band's (docs/design.md)
+    per_request: bool = True
+    per_request_bands: int = 8  # bands of equal share of the calibration groups
 
     def __post_init__(self) -> None:
+        bands = self.per_request_bands
+        if isinstance(bands, bool) or not isinstance(bands, int) or not 1 <= bands <= 32:
+            raise ConfigError(f"calibration.per_request_bands must be a whole number in 1-32, got {bands!r}")
         if isinstance(self.bf16, bool):  # the Python API's CalibrationSection(bf16=True)
             self.bf16 = "yes" if self.bf16 else "no"
         if self.bf16 not in ("auto", "yes", "no"):

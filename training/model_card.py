@@ -115,11 +115,22 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
             "labeled data (`pruner evaluate --write-threshold`) before relying on it. Measured on dev "
             "groups:"
         )
+    rule = (
+        f"relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)}, "
+        f"relevance contrast {getattr(config, 'relevance_contrast', 0.0)}"
+    )
+    if getattr(config, "threshold_model", None) is not None:
+        return (
+            f"A **per-request threshold** for {target:.0%} of queries keeping all their evidence ({rule}): "
+            "each request's threshold is predicted from its question, its passages' style and its "
+            "score profile, and moved down until every calibration slice keeps the target"
+            f"{shifted}. `threshold={config.threshold:.4f}` is the one threshold that holds on every "
+            "slice at once (it keeps more on most text). Measured on dev groups that were not used to "
+            "calibrate it:"
+        )
     return (
         f"Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their "
-        f"evidence (relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)}, relevance contrast "
-        f"{getattr(config, 'relevance_contrast', 0.0)})"
-        f"{shifted}, measured on dev groups that were not used to calibrate it:"
+        f"evidence ({rule}){shifted}, measured on dev groups that were not used to calibrate it:"
     )
 
 

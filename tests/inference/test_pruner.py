@@ -193,3 +193,41 @@ def test_keep_all_stays_within_the_token_budgets(tiny_checkpoint):
     assert capped.stats.uncertain and 0 < capped.stats.tokens_out <= 20
     per = pruner.prune("q?", PASSAGES, per_passage_budget=10, **everything)
     assert all(sum(s.tokens for s in p.sentences if s.kept) <= 10 for p in per.passages)
+
+
+def test_a_budget_bounds_characters_the_tokenizer_drops(tiny_checkpoint):
+    """Zero-width spaces, combining marks and controls count no tokens: they still count against
+    the budget, so a small budget can never return kilobytes."""
+    pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+    invisible = "\u200b" * 9000 + "\u0301" * 3000 + "\x01" * 2000 + "\U000e0041" * 1000
+    passages = [
+        f"The tower is tall.{invisible}",
+        "Iron is a metal." + "\u202e" * 4000,
+        "It was built in 1889.",
+    ]
+    out = pruner.prune("When was the tower built?", passages, threshold=0.0, token_budget=10)
+    assert "1889" in out.text and len(out.text) <= 16 * 10
+    assert out.stats.tokens_out <= 10
+
+
+def test_must_keep_is_matched_when_prepared_and_never_in_the_batch(tiny_checkpoint, monkeypatch):
+    """Pattern matching runs where a request is prepared (a server's worker thread), against a
+    deadline the queries of one HTTP request share; the encoder's batch only reads the result."""
+    import time
+
+    import pruner_model.inference.selection as selection
+    from pruner_model.inference.requests import PruneRequest
+
+    pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+    params = pruner.selection_params(threshold=1.0, must_keep=(r"\d{4}",))
+    prepared = pruner.prepare(PruneRequest("q?", PASSAGES, params))
+    assert prepared.forced is not None and prepared.forced.sum() == 2  # the two sentences with 1889
+
+    def never(*a, **k):
+        raise AssertionError("must_keep matched inside the batch")
+
+    monkeypatch.setattr(selection, "must_keep", never)
+    (result,) = pruner.run([prepared])
+    assert "1889" in result.text  # kept by the pattern alone (threshold 1.0; the repeat is deduplicated)
+    with pytest.raises(ValueError, match="ran over"):  # a deadline already spent by earlier queries
+        pruner.prepare(PruneRequest("q?", PASSAGES, params), must_keep_deadline=time.monotonic() - 1)

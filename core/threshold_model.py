@@ -1,0 +1,101 @@
+"""A checkpoint's per-request threshold: which band of text a request looks like, and the
+threshold (and passage relevance gate) calibrated for that band.
+
+A linear score of the request's features (:mod:`pruner_model.core.request_features`) says how much
+the request looks like text whose evidence survives a high threshold (a logistic classifier of
+the calibration slices that need a low threshold against those that do not). The calibration
+groups are cut into bands by that score (equal shares of them); each band has its own threshold,
+chosen together so that every calibration slice still keeps its promised share of answers
+(:mod:`pruner_model.evaluation.threshold_fit`). A request is thresholded by its band's threshold;
+``min_relevance`` drops the passages the relevance head rates under it.
+
+It lives in ``config.json`` as ``threshold_model`` (plain numbers, no code), so a torch checkpoint,
+its ONNX export and its int8 file apply the same one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from pruner_model.core.request_features import FEATURES
+
+FIELDS = ("features", "mean", "scale", "weights", "bias", "edges", "thresholds", "min_relevance")
+
+
+def _numbers(xs) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in xs)
+
+
+@dataclass(frozen=True)
+class ThresholdModel:
+    """Predicts one request's threshold from its :data:`FEATURES` (see the module docstring)."""
+
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float
+    edges: tuple[float, ...]  # ascending score edges between bands (one fewer than thresholds)
+    thresholds: tuple[float, ...]  # each band's threshold, lowest score band first
+    min_relevance: float | None = None  # the passage relevance gate of the default operating point
+
+    def __post_init__(self) -> None:
+        n = len(self.features)
+        if tuple(self.features) != FEATURES:
+            raise ValueError(
+                "threshold_model was fitted on other request features than this version computes; "
+                "recalibrate the checkpoint"
+            )
+        if not (len(self.mean) == len(self.scale) == len(self.weights) == n):
+            raise ValueError(f"threshold_model needs {n} means, scales and weights")
+        if len(self.thresholds) != len(self.edges) + 1 or not self.thresholds:
+            raise ValueError("threshold_model needs one threshold more than band edges")
+        if not _numbers((*self.mean, *self.scale, *self.weights, self.bias, *self.edges, *self.thresholds)):
+            raise ValueError("threshold_model holds a value that is not a finite number")
+        if any(s <= 0 for s in self.scale):
+            raise ValueError("threshold_model scales must be positive")
+        if list(self.edges) != sorted(self.edges):
+            raise ValueError("threshold_model band edges must be ascending")
+        if not all(0.0 <= t <= 1.0 for t in self.thresholds):
+            raise ValueError("threshold_model thresholds must be in [0, 1]")
+        if self.min_relevance is not None and not (
+            _numbers([self.min_relevance]) and 0 <= self.min_relevance <= 1
+        ):
+            raise ValueError("threshold_model min_relevance must be null or in [0, 1]")
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """The band score of each request (``[n]`` for ``[n, d]`` features): higher looks like
+        text whose evidence survives a higher threshold."""
+        z = (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
+        return z @ np.asarray(self.weights) + self.bias
+
+    def bands(self, features: np.ndarray) -> np.ndarray:
+        return np.searchsorted(np.asarray(self.edges), self.scores(features))
+
+    def thresholds_of(self, features: np.ndarray) -> np.ndarray:
+        """Each request's threshold (``features``: ``[n, d]``)."""
+        return np.asarray(self.thresholds)[self.bands(features)]
+
+    def threshold(self, features: np.ndarray) -> float:
+        """One request's threshold (``features``: ``[d]``)."""
+        return float(self.thresholds_of(np.asarray(features, dtype=np.float64)[None, :])[0])
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("features", "mean", "scale", "weights", "edges", "thresholds"):
+            d[k] = [x if isinstance(x, str) else float(x) for x in d[k]]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ThresholdModel:
+        if not isinstance(d, dict):
+            raise ValueError("threshold_model must be a JSON object")
+        missing, extra = set(FIELDS) - set(d), set(d) - set(FIELDS)
+        if missing or extra:
+            raise ValueError(f"threshold_model fields: missing {sorted(missing)}, unknown {sorted(extra)}")
+        lists = ("features", "mean", "scale", "weights", "edges", "thresholds")
+        if not all(isinstance(d[k], list) for k in lists):
+            raise ValueError(f"threshold_model fields {', '.join(lists)} must be lists")
+        return cls(**{k: tuple(d[k]) if k in lists else d[k] for k in FIELDS})

@@ -1,0 +1,248 @@
+"""Fitting a checkpoint's per-request threshold (:class:`~pruner_model.core.threshold_model.ThresholdModel`)
+on calibration slices.
+
+1. Each calibration slice has its own threshold for the target (the highest that keeps the target
+   share of its queries' evidence). The slices whose own threshold lies below the log-midpoint of
+   the lowest and the highest are *hard* (multi-sentence and coreference evidence, whose weakest
+   evidence sentence scores far below the best one); the others are *easy*.
+2. A logistic regression on the request features tells hard from easy; its negated logit is the
+   band score.
+3. The calibration groups are cut into ``bands`` bands of equal size by that score, and each band
+   gets its own threshold (and all share one passage relevance gate, from ``gates``): starting from
+   one threshold that meets the target everywhere, a band's threshold is raised, one candidate at a
+   time, by the move that compresses the calibration slices most (their mean compression, each
+   slice weighing the same) while every slice still keeps the target (with ``confidence``, the
+   count :func:`required_kept` asks for given the slice's size), until no move is left.
+
+So every slice keeps its promise, as under one threshold, while requests that look like easy text
+are thresholded like easy text. docs/design.md says why and how it was measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pruner_model.core.request_features import FEATURES, request_features
+from pruner_model.core.threshold_model import ThresholdModel
+from pruner_model.evaluation.calibration import calibrate_threshold
+from pruner_model.evaluation.groups import LabeledGroup
+from pruner_model.evaluation.metrics import ScoredGroup, weighted_groups
+from pruner_model.evaluation.statistics import required_kept
+
+CANDIDATES = np.logspace(-4.5, -0.3, 80)  # thresholds a band may take (relative to the best unit)
+GATES = (None, 0.02, 0.05)  # passage relevance gates tried with the bands
+STEPS = (1, 2, 4, 8)  # candidate steps one move may take
+MIN_SPREAD = 4.0  # the slices' own thresholds must span this factor for bands to pay
+
+
+@dataclass(frozen=True)
+class FitSlice:
+    """One calibration slice: its groups (rule-scored: the scores the threshold is compared with,
+    each unit with its passage's relevance probability) and each group's request features
+    (``[n, len(FEATURES)]``)."""
+
+    name: str
+    groups: list[ScoredGroup]
+    features: np.ndarray
+
+
+def _logistic(X: np.ndarray, y: np.ndarray, l2: float, iterations: int = 25):
+    """Standardization and weights of an L2-penalized logistic regression (Newton's method)."""
+    mean, scale = X.mean(0), X.std(0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    Z = np.c_[(X - mean) / scale, np.ones(len(X))]
+    beta = np.zeros(Z.shape[1])
+    penalty = np.diag([l2] * X.shape[1] + [0.0])
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ beta, -30, 30)))
+        grad = Z.T @ (p - y) + penalty @ beta
+        hess = (Z * (p * (1 - p))[:, None]).T @ Z + penalty + 1e-9 * np.eye(len(beta))
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return mean, scale, beta[:-1], float(beta[-1])
+
+
+@dataclass
+class _Table:
+    """One slice under one gate: tokens kept and evidence kept at every candidate threshold."""
+
+    kept_tokens: np.ndarray  # [groups, candidates]
+    total: float  # tokens of all its groups
+    evidence: np.ndarray  # [groups with evidence, candidates] bool: all evidence kept
+    with_evidence: np.ndarray  # [groups] bool
+    need: int  # groups with evidence that must keep it
+
+
+def _table(groups: list[ScoredGroup], gate: float | None, target: float, confidence) -> _Table:
+    kept, evidence, has = [], [], []
+    for g in groups:
+        scores = g.scores if gate is None else np.where(g.relevance >= gate, g.scores, -1.0)
+        order = np.argsort(-scores)
+        cum = np.concatenate([[0], np.cumsum(g.tokens[order])])
+        n_over = np.searchsorted(-scores[order], -CANDIDATES, side="right")  # units >= each candidate
+        kept.append(cum[n_over])
+        has.append(g.has_evidence)
+        if g.has_evidence:
+            evidence.append(scores[g.labels].min() >= CANDIDATES)
+    n_ev = int(sum(has))
+    return _Table(
+        np.asarray(kept, dtype=np.float64).reshape(len(groups), len(CANDIDATES)),
+        float(sum(int(g.tokens.sum()) for g in groups)),
+        np.asarray(evidence, dtype=bool).reshape(n_ev, len(CANDIDATES)),
+        np.asarray(has, dtype=bool),
+        required_kept(n_ev, target, confidence) if n_ev else 0,
+    )
+
+
+def _bands(tables: list[_Table], bands: list[np.ndarray], k: int) -> tuple[np.ndarray, float] | None:
+    """Each band's candidate index (see the module docstring, step 3) and the mean compression;
+    None when even the lowest candidate misses the target on some slice."""
+    ev_bands = [b[t.with_evidence] for t, b in zip(tables, bands)]
+
+    def feasible(idx):
+        return all(
+            t.evidence[np.arange(len(t.evidence)), idx[b]].sum() >= t.need for t, b in zip(tables, ev_bands)
+        )
+
+    def compression(idx):
+        return float(
+            np.mean(
+                [
+                    1 - t.kept_tokens[np.arange(len(b)), idx[b]].sum() / max(t.total, 1)
+                    for t, b in zip(tables, bands)
+                ]
+            )
+        )
+
+    idx = np.zeros(k, dtype=np.int64)
+    if not feasible(idx):
+        return None
+    while idx[0] < len(CANDIDATES) - 1 and feasible(idx + 1):  # one threshold for all bands first
+        idx += 1
+    while True:
+        best = None
+        for band in range(k):
+            for step in STEPS:
+                move = idx.copy()
+                move[band] = min(move[band] + step, len(CANDIDATES) - 1)
+                if move[band] == idx[band] or not feasible(move):
+                    continue
+                c = compression(move)
+                if best is None or c > best[0] + 1e-12:
+                    best = (c, move)
+        if best is None:
+            return idx, compression(idx)
+        idx = best[1]
+
+
+def fit_threshold_model(
+    slices: list[FitSlice],
+    target: float,
+    confidence: float | None = None,
+    bands: int = 8,
+    l2: float = 1.0,
+    gates: tuple[float | None, ...] = GATES,
+) -> ThresholdModel | None:
+    """The per-request threshold model of ``slices`` (see the module docstring); None when the
+    slices' own thresholds lie within a factor :data:`MIN_SPREAD` (one threshold serves them all)."""
+    live = [s for s in slices if any(g.has_evidence for g in s.groups)]
+    own = {s.name: calibrate_threshold(s.groups, target, confidence) for s in live}
+    if not own:
+        return None
+    low, high = np.log(max(min(own.values()), 1e-9)), np.log(max(max(own.values()), 1e-9))
+    if high - low < np.log(MIN_SPREAD):  # one threshold serves every slice about as well
+        return None
+    hard = {name for name, t in own.items() if np.log(max(t, 1e-9)) < (low + high) / 2}
+    X = np.concatenate([s.features for s in slices])
+    y = np.concatenate([np.full(len(s.groups), float(s.name in hard)) for s in slices])
+    mean, scale, weights, bias = _logistic(X, y, l2)
+    weights, bias = -weights, -bias  # the score rises with easiness
+    score = [((s.features - mean) / scale) @ weights + bias for s in slices]
+    edges = np.quantile(np.concatenate(score), np.linspace(0, 1, bands + 1)[1:-1])
+    band_of = [np.searchsorted(edges, sc) for sc in score]
+    best = None
+    for gate in gates:
+        tables = [_table(s.groups, gate, target, confidence) for s in slices]
+        found = _bands(tables, band_of, bands)
+        if found is not None and (best is None or found[1] > best[0] + 1e-12):
+            best = (found[1], found[0], gate)
+    if best is None:
+        return None
+    _, idx, gate = best
+    return ThresholdModel(
+        features=FEATURES,
+        mean=tuple(float(x) for x in mean),
+        scale=tuple(float(x) for x in scale),
+        weights=tuple(float(x) for x in weights),
+        bias=bias,
+        edges=tuple(float(x) for x in edges),
+        thresholds=tuple(float(CANDIDATES[i]) for i in idx),
+        min_relevance=gate,
+    )
+
+
+def unit_texts(group: LabeledGroup) -> tuple[list[str], np.ndarray]:
+    """Every unit's text of a labeled group, passages flattened in order, and each unit's passage."""
+    texts: list[str] = []
+    passage: list[int] = []
+    for i, (p, units) in enumerate(zip(group.passages, group.units)):
+        texts += [u.text_of(p["text"]) for u in units]
+        passage += [i] * len(units)
+    return texts, np.asarray(passage, dtype=np.int64)
+
+
+def group_features(
+    groups: list[LabeledGroup],
+    raw: list[ScoredGroup],
+    exponent: float,
+    floor: float | None,
+    contrast: float = 0.0,
+) -> np.ndarray:
+    """``[n, len(FEATURES)]``: each labeled group's request features from its raw scores (the
+    token head's, with each unit's passage relevance) under the score rule ``exponent``, ``floor``,
+    ``contrast``, exactly as :class:`~pruner_model.ContextPruner` computes them for a request."""
+    weighted = weighted_groups(raw, exponent, contrast)
+    out = np.zeros((len(groups), len(FEATURES)))
+    for k, (g, s) in enumerate(zip(groups, weighted)):
+        texts, passage = unit_texts(g)
+        relevance = np.zeros(len(g.passages))
+        if raw[k].relevance is not None and len(passage):
+            relevance[passage] = raw[k].relevance  # each unit carries its passage's probability
+        out[k] = request_features(g.query, texts, passage, s.scores, floor, relevance)
+    return out
+
+
+@dataclass(frozen=True)
+class RequestDefault:
+    """The checkpoint's default operating point on scored groups: each group's threshold and
+    the passage relevance gate (None: no gate)."""
+
+    thresholds: np.ndarray
+    min_relevance: float | None
+
+    def masks(self, groups: list[ScoredGroup]) -> list[np.ndarray]:
+        """What each (rule-scored) group keeps at its threshold, behind the gate."""
+        out = []
+        for g, t in zip(groups, self.thresholds):
+            keep = g.scores >= t
+            if self.min_relevance is not None and g.relevance is not None:
+                keep &= g.relevance >= self.min_relevance
+            out.append(keep)
+        return out
+
+
+def request_default(config, groups: list[LabeledGroup], raw: list[ScoredGroup]) -> RequestDefault | None:
+    """The checkpoint's per-request default on ``groups`` (``config``: a PrunerConfig; ``raw``:
+    the groups' scores as :func:`score_groups` returns them); None when the checkpoint has one
+    threshold for every request."""
+    tm = getattr(config, "threshold_model", None)
+    if tm is None:
+        return None
+    X = group_features(
+        groups, raw, config.relevance_exponent, config.relative_floor, config.relevance_contrast
+    )
+    model = ThresholdModel.from_dict(tm)
+    return RequestDefault(model.thresholds_of(X), model.min_relevance)

@@ -1,0 +1,159 @@
+"""The per-request threshold (docs/design.md) against one threshold: fitted on a checkpoint's
+calibration slices, measured on the held-back splits, from one cache of scored groups.
+
+    python experiments/request_thresholds.py score --model runs/quickstart --cache /tmp/rt.pkl
+    python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
+
+Calibration slices: nyt dev groups 0-999 (with the noisy, mined, low-overlap and low-overlap+noisy
+copies the training calibration builds) and every source of ``data/mix/calibration.jsonl`` (groups
+0-599). Report slices: each source of ``data/mix/dev.jsonl`` (groups 0-599), nyt groups 6000-6399
+and their noisy and mined copies, the low-overlap questions of nyt groups 6000-7999.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+
+import numpy as np
+
+
+def score(args) -> None:
+    from pruner_model.core.records import read_jsonl
+    from pruner_model.evaluation.groups import group_of, load_groups, load_range, range_ids, records_by_source
+    from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.evaluation.shifts import build_shift
+    from pruner_model.evaluation.sources import with_roles
+
+    from pruner_model import ContextPruner
+
+    pruner = ContextPruner.from_pretrained(args.model, dtype="auto")
+    cfg = pruner.config
+    nyt = read_jsonl("data/squad/dev.jsonl")
+
+    def nyt_slices(start, n, n_low, prefix):
+        out = {}
+        ids = range_ids((group_of(r) for r in nyt), 0, start, start + n)
+        first = range_ids((group_of(r) for r in nyt), 0, start, start + min(n, 300 if prefix == "cal" else n))
+        low_ids = range_ids((group_of(r) for r in nyt), 0, start, start + n_low)
+        out["nyt"] = build_shift("as_is", nyt, 0, ids)
+        out["nyt noisy"] = build_shift("noisy", nyt, 0, first)
+        out["nyt mined"] = build_shift("mined", nyt, 0, first)
+        out["nyt low_overlap"] = build_shift("low_overlap", nyt, 0, low_ids)
+        if prefix == "cal":
+            out["nyt low_overlap+noisy"] = build_shift("low_overlap+noisy", nyt, 0, ids)
+        return {k: load_groups(with_roles(v)) for k, v in out.items()}
+
+    cache = {
+        "rule": {k: getattr(cfg, k) for k in ("relative_floor", "relevance_exponent", "relevance_contrast")}
+    }
+    cache["threshold"] = cfg.threshold
+    cache["operating_points"] = getattr(cfg, "operating_points", None)
+    for part, path, nyt_range in (
+        ("cal", "data/mix/calibration.jsonl", (0, 1000, 1000)),
+        ("report", "data/mix/dev.jsonl", (6000, 400, 2000)),
+    ):
+        slices = nyt_slices(*nyt_range, part)
+        for src, recs in sorted(records_by_source(with_roles(read_jsonl(path))).items()):
+            slices[src] = load_range(recs, 0, 0, 600)
+        out = {}
+        for name, groups in slices.items():
+            scored = score_groups(pruner, groups).groups
+            out[name] = (groups, scored)
+            print(part, name, len(groups), flush=True)
+        cache[part] = out
+    with open(args.cache, "wb") as f:
+        pickle.dump(cache, f)
+
+
+def _weighted(s, rule):
+    from pruner_model.core.score_rules import contrasted_relevance, relevance_weighted
+
+    return relevance_weighted(
+        s.scores, contrasted_relevance(s.relevance, rule["relevance_contrast"]), rule["relevance_exponent"]
+    )
+
+
+def _prepare(cache, rule=None):
+    """Per slice: X (features), y (log10 critical, nan without evidence), rule-scored groups."""
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.threshold_fit import group_features
+
+    rule = rule or cache["rule"]
+    e, f, c = rule["relevance_exponent"], rule["relative_floor"], rule["relevance_contrast"]
+    out = {}
+    for part in ("cal", "report"):
+        out[part] = {}
+        for name, (groups, raw) in cache[part].items():
+            X = group_features(groups, raw, e, f, c)
+            gs = with_score_rules(raw, e, f, c)
+            y = np.asarray([np.log10(max(g.critical, 1e-9)) if g.has_evidence else np.nan for g in gs])
+            out[part][name] = (X, y, gs, groups)
+    return out
+
+
+def _evaluate(data, default_of, label):
+    """Each report slice at a default (``default_of(X)``: a RequestDefault, or a threshold)."""
+    from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
+
+    rows = []
+    for name, (X, _, gs, _) in data["report"].items():
+        if not any(g.has_evidence for g in gs):
+            continue
+        d = default_of(X)
+        m = metrics_at(gs, d) if isinstance(d, float) else metrics_at(gs, float("nan"), d.masks(gs))
+        own = best_compression_at(sweep(gs), 0.95)["compression"]
+        rows.append((name, m["evidence_preserved"], m["compression"], own, m["negative_tokens_kept"]))
+    print(f"--- {label}")
+    for r in rows:
+        print(
+            f"  {r[0]:22s} kept {r[1]:.3f} comp {r[2]:.3f} own {r[3]:.3f} ratio {r[2] / r[3]:.2f} "
+            f"answerless kept {r[4]:.3f}"
+        )
+    ratios = [r[2] / r[3] for r in rows]
+    print(
+        f"  mean ratio {np.mean(ratios):.3f}  min ratio {min(ratios):.3f}  min kept {min(r[1] for r in rows):.3f}"
+    )
+
+
+def fit(args) -> None:
+    from pruner_model.evaluation.calibration import calibrate_threshold
+    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, fit_threshold_model
+
+    with open(args.cache, "rb") as f:
+        cache = pickle.load(f)
+    data = _prepare(cache)
+    target = 0.95
+    cal = {k: v for k, v in data["cal"].items() if not np.all(np.isnan(v[1]))}
+    t0 = min(calibrate_threshold(v[2], target) for v in cal.values())
+    print("one threshold", t0, {k: round(calibrate_threshold(v[2], target), 4) for k, v in cal.items()})
+    _evaluate(data, lambda X: float(t0), "one threshold")
+    slices = [FitSlice(k, v[2], v[0]) for k, v in data["cal"].items()]
+    for bands in args.bands:
+        model = fit_threshold_model(slices, target, bands=bands)
+        print(
+            f"{bands} bands: thresholds {[round(t, 4) for t in model.thresholds]}, gate {model.min_relevance}"
+        )
+        _evaluate(
+            data, lambda X, m=model: RequestDefault(m.thresholds_of(X), m.min_relevance), f"{bands} bands"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("score")
+    s.add_argument("--model", required=True)
+    s.add_argument("--cache", required=True)
+    f = sub.add_parser("fit")
+    f.add_argument("--cache", required=True)
+    f.add_argument("--bands", type=int, nargs="+", default=[8])
+    args = p.parse_args()
+    if args.cmd == "score":
+        score(args)
+    else:
+        fit(args)
+
+
+if __name__ == "__main__":
+    main()

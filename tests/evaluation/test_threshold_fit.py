@@ -1,0 +1,116 @@
+"""The per-request threshold: fitted on slices that need thresholds far apart, it keeps the target
+on every slice and compresses the easy one as its own threshold would; the same model, written
+into a checkpoint's config, thresholds each request of the Python API by its band."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pruner_model.core.request_features import FEATURES
+from pruner_model.core.threshold_model import ThresholdModel
+from pruner_model.evaluation.calibration import calibrate_threshold
+from pruner_model.evaluation.metrics import ScoredGroup, metrics_at
+from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, fit_threshold_model
+
+TELL = FEATURES.index("pronoun_share")  # the feature that tells the two kinds of text apart here
+
+
+def _slice(name: str, n: int, evidence_low: bool, seed: int) -> FitSlice:
+    """``n`` groups of 10 units: the best unit 1.0, one evidence unit (near the best on easy
+    text, around 1e-3 on hard text), noise units around 1e-2; one feature tells them apart."""
+    rng = np.random.default_rng(seed)
+    groups, feats = [], np.zeros((n, len(FEATURES)))
+    for i in range(n):
+        scores = 10 ** rng.uniform(-2.6, -1.4, 10)
+        scores[0] = 1.0
+        labels = np.zeros(10, bool)
+        labels[1] = True
+        scores[1] = 10 ** rng.uniform(-3.4, -2.7) if evidence_low else 10 ** rng.uniform(-0.8, 0)
+        groups.append(ScoredGroup(scores, labels, np.full(10, 20), relevance=np.full(10, 0.9)))
+        feats[i] = rng.normal(size=len(FEATURES))
+        feats[i, TELL] = rng.normal(3.0 if evidence_low else 0.0, 0.5)
+    return FitSlice(name, groups, feats)
+
+
+def test_every_slice_keeps_the_target_and_easy_text_compresses_as_its_own_threshold_would():
+    fit = [_slice("easy", 400, False, 0), _slice("hard", 400, True, 1)]
+    model = fit_threshold_model(fit, 0.95, bands=4)
+    assert model is not None
+    one = min(calibrate_threshold(s.groups, 0.95) for s in fit)
+    for s in (_slice("easy", 400, False, 2), _slice("hard", 400, True, 3)):  # new groups of each kind
+        default = RequestDefault(model.thresholds_of(s.features), model.min_relevance)
+        m = metrics_at(s.groups, float("nan"), default.masks(s.groups))
+        assert m["evidence_preserved"] >= 0.92, (s.name, m["evidence_preserved"])
+        single = metrics_at(s.groups, one)["compression"]
+        own = metrics_at(s.groups, calibrate_threshold(s.groups, 0.95))["compression"]
+        if s.name == "easy":  # one threshold keeps the easy text's noise; its band drops it
+            assert single < 0.5 and m["compression"] >= 0.85 * own, (single, m["compression"], own)
+
+
+def test_slices_that_need_the_same_threshold_get_no_model():
+    assert fit_threshold_model([_slice("a", 200, False, 0), _slice("b", 200, False, 1)], 0.95) is None
+
+
+def test_the_model_round_trips_and_a_damaged_one_is_refused():
+    model = fit_threshold_model([_slice("easy", 300, False, 0), _slice("hard", 300, True, 1)], 0.95, bands=3)
+    again = ThresholdModel.from_dict(json.loads(json.dumps(model.to_dict())))
+    assert again == model
+    bad = model.to_dict()
+    for key, value, message in (
+        ("features", ["x"], "other request features"),
+        ("thresholds", [0.1], "one threshold more"),
+        ("edges", sorted(model.edges, reverse=True), "ascending"),
+        ("bias", float("nan"), "finite"),
+        ("min_relevance", 2.0, "min_relevance"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ThresholdModel.from_dict({**bad, key: value})
+    with pytest.raises(ValueError, match="unknown"):
+        ThresholdModel.from_dict({**bad, "shift": 1.0})
+
+
+def _banded_checkpoint(path):
+    """A checkpoint whose threshold model keeps every unit of a request without a question mark
+    and only the best unit of one with a question mark."""
+    config = json.loads((path / "config.json").read_text())
+    weights = [0.0] * len(FEATURES)
+    weights[FEATURES.index("question_mark")] = 1.0
+    model = ThresholdModel(
+        features=FEATURES,
+        mean=(0.0,) * len(FEATURES),
+        scale=(1.0,) * len(FEATURES),
+        weights=tuple(weights),
+        bias=0.0,
+        edges=(0.5,),
+        thresholds=(0.0, 1.0),
+        min_relevance=None,
+    )
+    config.update(threshold_model=model.to_dict(), relative_floor=0.001, threshold=0.0)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_the_python_api_thresholds_each_request_by_its_band(tiny_checkpoint):
+    from pruner_model import ContextPruner
+
+    pruner = ContextPruner.from_pretrained(_banded_checkpoint(tiny_checkpoint))
+    passages = ["Paris is the capital of France. The tower was built in 1889. It is made of iron."]
+    statement = pruner.prune("tower built", passages)
+    question = pruner.prune("when was the tower built?", passages)
+    assert statement.threshold == 0.0 and statement.stats.sentences_out == 3
+    assert question.threshold == 1.0 and question.stats.sentences_out == 1  # the best unit alone
+    # a threshold or an operating point given by the request takes the place of the model's
+    assert pruner.prune("when was the tower built?", passages, threshold=0.0).stats.sentences_out == 3
+
+
+def test_a_damaged_threshold_model_is_refused_at_load(tiny_checkpoint):
+    from pruner_model import ContextPruner
+
+    path = _banded_checkpoint(tiny_checkpoint)
+    config = json.loads((path / "config.json").read_text())
+    config["threshold_model"]["thresholds"] = [0.0]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="threshold_model"):
+        ContextPruner.from_pretrained(path)
