@@ -114,3 +114,15 @@ def test_a_damaged_threshold_model_is_refused_at_load(tiny_checkpoint):
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="threshold_model"):
         ContextPruner.from_pretrained(path)
+
+
+def test_an_onnx_export_carries_the_per_request_threshold(tiny_checkpoint, tmp_path):
+    from pruner_model import ContextPruner
+    from pruner_model.inference.onnx_export import export_onnx
+
+    export_onnx(_banded_checkpoint(tiny_checkpoint), tmp_path / "onnx")
+    pruner = ContextPruner.from_pretrained(tmp_path / "onnx")
+    assert pruner.backend.__class__.__name__.startswith("Onnx")
+    passages = ["Paris is the capital of France. The tower was built in 1889. It is made of iron."]
+    assert pruner.prune("tower built", passages).threshold == 0.0
+    assert pruner.prune("when was the tower built?", passages).threshold == 1.0
