@@ -65,10 +65,13 @@ def _punkt(language: str):
     # nltk loads here, on the first cut, not on import: its package root pulls in scipy
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
+    known = ", ".join(sorted(set(LANGUAGE_CODES.values())))
     try:
         data = importlib.import_module(f"punkt.data.{language}")
+        # modules of the data package that are not a language's parameters (__init__, curated, prefixes)
+        if not all(hasattr(data, k) for k in ("ABBREV_TYPES", "COLLOCATIONS", "SENT_STARTERS", "ORTHO_CONTEXT")):
+            raise ModuleNotFoundError(language)
     except ModuleNotFoundError:
-        known = ", ".join(sorted(set(LANGUAGE_CODES.values())))
         raise ValueError(
             f"no punkt parameters for language {language!r} (known: {known}, or their ISO 639-1 codes)"
         ) from None

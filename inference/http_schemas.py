@@ -5,7 +5,7 @@ field without echoing the input."""
 from __future__ import annotations
 
 from pruner_model.inference.settings import selection_body_fields
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model, field_validator
 
 
 class Passage(BaseModel):
@@ -40,14 +40,25 @@ class RerankBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1)
     documents: list[str | RerankDocument] = Field(min_length=1)
-    model: str | None = None
-    top_n: int | None = Field(default=None, ge=1)
-    return_documents: bool = False
-    return_pruned: bool = False
+    model: str | None = Field(default=None, max_length=200)
+    top_n: StrictInt | None = Field(default=None, ge=1)
+    return_documents: StrictBool = False
+    return_pruned: StrictBool = False
     rank_fields: list[str] | None = None
-    max_chunks_per_doc: int | None = Field(default=None, ge=1)
-    max_tokens_per_doc: int | None = Field(default=None, ge=1)
-    priority: int | None = None  # Cohere's request priority: one queue here, accepted and unused
+    max_chunks_per_doc: StrictInt | None = Field(default=None, ge=1)
+    max_tokens_per_doc: StrictInt | None = Field(default=None, ge=1)
+    priority: StrictInt | None = None  # Cohere's request priority: one queue here, accepted and unused
+
+    @field_validator("model")
+    @classmethod
+    def _unicode(cls, value: str | None) -> str | None:
+        """The model name is echoed in the answer: it must be text JSON can carry."""
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("model is not valid Unicode text") from None
+        return value
 
     def texts(self) -> list[str]:
         return [d if isinstance(d, str) else d.text for d in self.documents]
@@ -59,9 +70,9 @@ class TeiRerankBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1)
     texts: list[str] = Field(min_length=1)
-    raw_scores: bool = False  # the relevance logit instead of its probability
-    return_text: bool = False
-    truncate: bool | None = None  # accepted: long texts are windowed, never cut
+    raw_scores: StrictBool = False  # the relevance logit instead of its probability
+    return_text: StrictBool = False
+    truncate: StrictBool | None = None  # accepted: long texts are windowed, never cut
     truncation_direction: str | None = None
 
 

@@ -29,6 +29,8 @@ def _knob(default, help: str, ge: float | None = None, le: float | None = None):
 
 MAX_MUST_KEEP = 16  # patterns per request
 
+MAX_KNOB_INTEGER = 10**15  # no knob means anything past this; larger integers are refused before any float
+
 # USD per million input tokens: far above any model's price, far below where sums overflow
 MAX_PRICE_PER_MILLION = 1e6
 
@@ -255,6 +257,8 @@ def _check_knob(f, value) -> None:
     integer = kind == "int"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, numbers.Integral) and abs(value) > MAX_KNOB_INTEGER:  # past float range too
+        raise ValueError(f"{name} must be at most {MAX_KNOB_INTEGER:.0e} in size, got a larger number")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if integer and value != int(value):

@@ -150,3 +150,9 @@ def test_english_cuts_are_punkts_on_1000_nyt_paragraphs(monkeypatch):
         segmentation, "punkt_language", lambda language, text="", default="english": "english"
     )
     assert now == [[(u.start, u.end) for u in segment(t)] for t in texts]
+
+
+@pytest.mark.parametrize("name", ["__init__", "curated", "prefixes", "__main__"])
+def test_modules_of_the_punkt_data_that_are_no_language_are_refused(name):
+    with pytest.raises(ValueError, match="no punkt parameters"):
+        segment("One. Two.", name)

@@ -107,3 +107,11 @@ def test_merge_spans_restores_document_order():
     starts, ends = np.array([0, 10, 20, 30]), np.array([9, 19, 29, 39])
     spans = merge_spans(starts, ends, np.array([0.6, 0.9, 0.1, 0.7]), np.array([True, True, False, True]))
     assert spans == [(0, 19, 0.9), (30, 39, 0.7)]
+
+
+@pytest.mark.parametrize("knob", ["token_budget", "per_passage_budget", "neighbors", "keep_top", "threshold"])
+def test_integers_past_float_range_are_a_clear_error(knob):
+    from pruner_model.inference.settings import SelectionParams
+
+    with pytest.raises(ValueError, match=f"{knob} must be at most"):
+        SelectionParams(**{knob: 10**400})
