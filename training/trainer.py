@@ -162,6 +162,11 @@ class Trainer:
 
     def _load_data(self, resume: bool = False) -> None:
         d, mc = self.cfg.data, self.model.config
+        for f in d.calibration_sources or []:  # read only after training: a missing one must stop it now
+            if not Path(f).is_file():
+                raise FileNotFoundError(
+                    f"data.calibration_sources: {f}: no such file (build it with 'pruner data mix')"
+                )
         train_records, train_report = read_records(
             d.train, d.max_train_groups, d.dedup, d.seed, d.low_overlap_share, d.mix
         )

@@ -427,3 +427,19 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
     cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap+noisy]", "calibration.shift_groups=1"])
     shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
     assert seen == [[every[0].id], ["qb"]] and shifted["low_overlap+noisy"] == ["copy of qb"]
+
+
+def test_a_missing_calibration_source_stops_the_run_before_training(
+    tmp_path, data_files, tiny_model, bert_tokenizer
+):
+    over = {"data.calibration_sources": f"[{tmp_path / 'none.jsonl'}]"}
+    with pytest.raises(FileNotFoundError, match="calibration_sources"):
+        train(
+            tiny_cfg(data_files, **over),
+            tmp_path / "run",
+            model=tiny_model,
+            tokenizer=bert_tokenizer,
+            quiet=True,
+        )
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+    assert ()
