@@ -117,8 +117,9 @@ def test_a_damaged_threshold_model_is_refused_at_load(tiny_checkpoint):
 
 
 def test_an_onnx_export_carries_the_per_request_threshold(tiny_checkpoint, tmp_path):
-    from pruner_model import ContextPruner
     from pruner_model.inference.onnx_export import export_onnx
+
+    from pruner_model import ContextPruner
 
     export_onnx(_banded_checkpoint(tiny_checkpoint), tmp_path / "onnx")
     pruner = ContextPruner.from_pretrained(tmp_path / "onnx")

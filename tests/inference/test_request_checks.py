@@ -59,11 +59,17 @@ def test_token_counting_stops_at_the_cap(bert_tokenizer, monkeypatch):
 
 @pytest.mark.parametrize(
     "extra",
-    [{"return_documents": "yes"}, {"top_n": "2"}, {"return_pruned": 1}, {"max_chunks_per_doc": True}, {"model": "\udc80"}],
+    [
+        {"return_documents": "yes"},
+        {"top_n": "2"},
+        {"return_pruned": 1},
+        {"max_chunks_per_doc": True},
+        {"model": "\udc80"},
+    ],
 )
 def test_rerank_bodies_take_booleans_integers_and_text_only(extra):
-    from pydantic import ValidationError
     from pruner_model.inference.http_schemas import RerankBody
+    from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
         RerankBody(query="q", documents=["a"], **extra)
