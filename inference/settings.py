@@ -53,7 +53,10 @@ class SelectionParams:
     """
 
     threshold: float | None = _knob(
-        None, "keep units scoring at least this (default: the checkpoint's calibrated threshold)", 0.0, 1.0
+        None,
+        "keep units scoring at least this (default: the checkpoint's per-request threshold, else its calibrated one)",
+        0.0,
+        1.0,
     )
     operating_point: str | None = _knob(
         None,
