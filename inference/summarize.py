@@ -109,24 +109,78 @@ def facts_of(text: str, must_keep: Sequence[str] = ()) -> list[str]:
     return list(dict.fromkeys(f for f in found if f.strip()))
 
 
+# a number as a fact: its sign, currency, digits (thousands separators dropped) and a unit or
+# percent right after it, so that 1886 is not kept by 11886, 5 mg by 0.5 mg, -5 by 5, 3.5% by 3.5
+_UNITS = (
+    "%|percent|per cent|mg|g|kg|t|ml|l|mm|cm|m|km|in|ft|mi|miles?|lbs?|oz|s|sec|seconds?|min|minutes?|h|hrs?|"
+    "hours?|days?|weeks?|months?|years?|x|k|m|bn|million|billion|trillion|thousand|gb|mb|kb|tb|ghz|mhz|hz|"
+    "kw|w|v|°c|°f|c|f"
+)
+_NUMBER = regex.compile(
+    r"(?<![\w.,])([-−+]?)\s?([$€£¥]?)(\d+(?:[,\u202f\u00a0 ]\d{3})*(?:[.:/]\d+)*)"
+    rf"(?:\s?({_UNITS})(?![\w]))?",
+    regex.IGNORECASE,
+)
+
+
+def _numbers(text: str) -> list[tuple[str, str]]:
+    """Each number of ``text``: (as written, canonical sign+currency+digits+unit)."""
+    out = []
+    for m in _NUMBER.finditer(text):
+        sign = "-" if m.group(1) in ("-", "−") else ""
+        digits = regex.sub(r"[,\u202f\u00a0 ](?=\d{3})", "", m.group(3))
+        unit = (m.group(4) or "").lower().replace("per cent", "%").replace("percent", "%")
+        out.append((m.group(0).strip(), f"{sign}{m.group(2)}{digits}{unit}"))
+    return out
+
+
+def _tokens(text: str) -> set[str]:
+    """The facts of ``text`` as whole tokens (numbers canonical, the rest normalized)."""
+    have = {_norm(m.group(0)) for m in _FACTS.finditer(text)}
+    have |= {_norm(m.group(0)) for m in _MONTH_DATE.finditer(text)}
+    return have | {canon for _, canon in _numbers(text)}
+
+
 def missing_facts(original: str, summary: str, must_keep: Sequence[str] = ()) -> list[str]:
-    """The facts of ``original`` (:func:`facts_of`) that ``summary`` does not contain."""
-    have = _norm(summary)
-    return [f for f in facts_of(original, must_keep) if _norm(f) not in have]
+    """The facts of ``original`` (:func:`facts_of`) that ``summary`` does not keep: numbers,
+    dates, identifiers, URLs and addresses are compared as whole tokens (a number with its sign,
+    decimals, currency, unit and percent), ``must_keep`` matches as text."""
+    have, text = _tokens(summary), _norm(summary)
+    numbers = dict(_numbers(original))
+    patterns = {m for p in must_keep for m in facts_of(original, (p,))} - set(facts_of(original))
+    missing = []
+    for f in facts_of(original, must_keep):
+        if f in patterns:
+            ok = _norm(f) in text
+        else:
+            ok = _norm(f) in have and (f not in numbers or numbers[f] in have)
+        if not ok:
+            missing.append(f)
+    missing += [f for f, canon in numbers.items() if canon not in have and f not in missing]
+    return missing
 
 
 _WORD = regex.compile(r"\p{L}{4,}")
+_SENTENCE_END = regex.compile(r"(?<=[.!?;:])\s+|\n+")
 
 
 def grounded(original: str, summary: str, share: float = 0.5) -> bool:
-    """Whether ``summary`` is about ``original``: it has words of four letters or more, and at
-    least ``share`` of them occur in the original (a cheap model that answers with a template,
-    "<text>", or with another passage's content fails this)."""
-    words = [w.lower() for w in _WORD.findall(summary)]
-    if not words:
+    """Whether ``summary`` is about ``original``: it has words of four letters or more, at least
+    ``share`` of them occur in the original, in every one of its sentences (a cheap model that
+    answers with a template, "<text>", or with another passage's content fails this, and so does a
+    faithful summary with an added sentence of its own, an instruction or a forged marker), and it
+    carries no summary marker of its own."""
+    if SUMMARY_MARK.strip() in summary:
         return False
     have = {w.lower() for w in _WORD.findall(original)}
-    return sum(w in have for w in words) >= share * len(words)
+    words = [w.lower() for w in _WORD.findall(summary)]
+    if not words or sum(w in have for w in words) < share * len(words):
+        return False
+    for sentence in _SENTENCE_END.split(summary):
+        ws = [w.lower() for w in _WORD.findall(sentence)]
+        if ws and sum(w in have for w in ws) < share * len(ws):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------- the cache
