@@ -88,7 +88,10 @@ class RequestChecks:
         for text in texts:
             words += len(text.split())
             if words > cap:
-                raise self._error(413, f"request has over {cap} passage words, over the token limit of {cap}")
+                raise self._error(
+                    413,
+                    f"request has over {cap} passage words (each at least a token), over the limit of {cap} tokens",
+                )
 
     def cost(self, requests: list[PruneRequest]) -> None:
         """The token cap, counted passage by passage and stopped as soon as it is passed."""

@@ -414,7 +414,11 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
     # low_overlap after a rescored copy: it still picks from the calibration groups' own scores
     cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap]", "calibration.shift_groups=1"])
     shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
-    assert shifted == {"noisy": [f"noisy scores of {every[0].id}"], "low_overlap": ["scores of qb"]}
+    assert {k: s for k, (_, s) in shifted.items()} == {
+        "noisy": [f"noisy scores of {every[0].id}"],
+        "low_overlap": ["scores of qb"],
+    }
+    assert [g.id for g in shifted["low_overlap"][0]] == ["qb"]  # each slice keeps its labeled groups
     # a combined slice of low-overlap questions is built from every calibration group, not only the
     # first shift_groups ones: it scores just their low-overlap subset
     seen = []
@@ -426,7 +430,7 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
     monkeypatch.setattr(calibration, "_score", record)
     cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap+noisy]", "calibration.shift_groups=1"])
     shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
-    assert seen == [[every[0].id], ["qb"]] and shifted["low_overlap+noisy"] == ["copy of qb"]
+    assert seen == [[every[0].id], ["qb"]] and shifted["low_overlap+noisy"][1] == ["copy of qb"]
 
 
 def test_a_missing_calibration_source_stops_the_run_before_training(
