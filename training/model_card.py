@@ -120,13 +120,17 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
         f"relevance contrast {getattr(config, 'relevance_contrast', 0.0)}"
     )
     if getattr(config, "threshold_model", None) is not None:
+        tm = config.threshold_model
+        gate = tm.get("min_relevance")
         return (
             f"A **per-request threshold** for {target:.0%} of queries keeping all their evidence ({rule}): "
-            "each request's threshold is predicted from its question, its passages' style and its "
-            "score profile, and moved down until every calibration slice keeps the target"
-            f"{shifted}. `threshold={config.threshold:.4f}` is the one threshold that holds on every "
-            "slice at once (it keeps more on most text). Measured on dev groups that were not used to "
-            "calibrate it:"
+            f"each request falls in one of {len(tm['thresholds'])} bands by what it shows (its score profile, "
+            "the relevance head's confidence, the question's form, the passages' style), and each band's "
+            f"threshold ({', '.join(f'{t:.4f}' for t in tm['thresholds'])}) was chosen so that every "
+            "calibration slice keeps the target"
+            + (f", behind a passage relevance gate of {gate}" if gate is not None else "")
+            + f". `threshold={config.threshold:.4f}` is the one threshold that holds on every slice at once"
+            f"{shifted}; it keeps more on most text. Measured on dev groups that were not used to calibrate it:"
         )
     return (
         f"Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their "
