@@ -446,4 +446,3 @@ def test_a_missing_calibration_source_stops_the_run_before_training(
             quiet=True,
         )
     assert not (tmp_path / "run" / "model.safetensors").exists()
-    assert ()
