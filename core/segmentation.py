@@ -69,7 +69,9 @@ def _punkt(language: str):
     try:
         data = importlib.import_module(f"punkt.data.{language}")
         # modules of the data package that are not a language's parameters (__init__, curated, prefixes)
-        if not all(hasattr(data, k) for k in ("ABBREV_TYPES", "COLLOCATIONS", "SENT_STARTERS", "ORTHO_CONTEXT")):
+        if not all(
+            hasattr(data, k) for k in ("ABBREV_TYPES", "COLLOCATIONS", "SENT_STARTERS", "ORTHO_CONTEXT")
+        ):
             raise ModuleNotFoundError(language)
     except ModuleNotFoundError:
         raise ValueError(

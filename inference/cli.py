@@ -296,6 +296,12 @@ LIMIT_FLAGS = (
     ),
     ("max_connections", "--max-connections", int, "open connections, idle ones included (503 above)"),
     (
+        "max_readers",
+        "--max-readers",
+        int,
+        "request bodies being received at once, counted apart from the requests in progress (503 above)",
+    ),
+    (
         "header_timeout_s",
         "--header-timeout",
         float,

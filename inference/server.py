@@ -46,6 +46,9 @@ class ServerLimits:
     body_timeout_s: float = 10.0  # a client that has not sent its whole body by then gets a 408
     header_timeout_s: float = 10.0  # a connection whose request headers are not complete by then is closed
     max_concurrency: int = 64  # requests in progress at once (503 above); /health is not counted
+    # request bodies being received at once (503 above), counted apart from the requests in
+    # progress so that slow senders cannot take their slots; each holds at most max_body_bytes
+    max_readers: int = 256
     # open connections, idle ones included (uvicorn answers 503 above): well above max_concurrency,
     # so that idle sockets cannot take the slots of requests
     max_connections: int = 1024
@@ -153,11 +156,13 @@ class RequestChecks:
 
 # over 60 lines: FastAPI middlewares are closures over the shared admission counter and limits
 def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metrics) -> None:
-    """Middlewares, outermost first: counting (every answer, refusals too), admission (at most
-    ``max_concurrency`` requests in progress; /health always answers), the API key, and the body's
-    size and arrival time."""
+    """Middlewares, outermost first: counting (every answer, refusals too), then admission: the
+    API key and the declared size, the body received whole (within its size and time, at most
+    ``max_readers`` at once), and a slot among ``max_concurrency`` requests in progress; /health
+    and /ready always answer."""
     from fastapi import Request
     from fastapi.responses import JSONResponse
+    from starlette.requests import ClientDisconnect
 
     expected = api_key.encode() if api_key else None
     in_flight = 0
@@ -186,27 +191,48 @@ def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metr
             too_big = await asyncio.wait_for(read(), limits.body_timeout_s)
         except asyncio.TimeoutError:
             return refuse(408, f"request body not received within {limits.body_timeout_s:g} s")
+        except ClientDisconnect:  # gone before its body was whole: nothing to answer, nothing to log
+            return refuse(400, "client disconnected before its request body was complete")
         request._body = bytes(body)
         return too_big
 
-    async def guard(request: Request, call_next):
+    def checked_headers(request: Request) -> JSONResponse | None:
+        """The API key and the declared body size: refused before anything is read."""
         if expected is not None and request.url.path not in ("/health", "/ready"):
             if not authorized(request.headers.get("authorization", "")):
                 return refuse(401, "missing or wrong API key (Authorization: Bearer ...)")
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
             return refuse(413, f"request body over {limits.max_body_bytes} bytes")
-        if request.method == "POST":
-            refused = await read_body(request)
-            if refused is not None:
-                return refused
-        return await call_next(request)
+        return None
+
+    reading = 0  # bodies being received: counted apart from the requests in progress
 
     @app.middleware("http")
     async def admit(request: Request, call_next):
-        nonlocal in_flight
+        """Headers checked, then the whole body received (bounded in size, time and in how many
+        are received at once), and only then a slot among ``max_concurrency``: a client that
+        sends its body slowly holds a reader, never a slot that honest requests need."""
+        nonlocal in_flight, reading
         if request.url.path in ("/health", "/ready"):
             return await call_next(request)
+        refused = checked_headers(request)
+        if refused is not None:
+            return refused
+        if request.method == "POST":
+            if reading >= limits.max_readers:
+                return refuse(
+                    503,
+                    f"over {limits.max_readers} request bodies being received: retry shortly",
+                    **{"Retry-After": "1"},
+                )
+            reading += 1
+            try:
+                refused = await read_body(request)
+            finally:
+                reading -= 1
+            if refused is not None:
+                return refused
         if in_flight >= limits.max_concurrency:
             return refuse(
                 503,
@@ -215,7 +241,7 @@ def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metr
             )
         in_flight += 1
         try:
-            return await guard(request, call_next)
+            return await call_next(request)
         finally:
             in_flight -= 1
 
