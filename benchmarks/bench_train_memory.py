@@ -79,9 +79,9 @@ def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
     native): RSS every 20 steps, with batch shapes that change every step (60-256 tokens) or one
     fixed shape."""
     import torch
+    from pruner_model.core.memory import fix_mmap_threshold
     from pruner_model.core.precision import resolve_precision
     from pruner_model.training.config import load_config
-    from pruner_model.training.memory import fix_mmap_threshold
     from pruner_model.training.model_setup import build_model
 
     fix_mmap_threshold(threshold)

@@ -358,6 +358,15 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="a budget_tokenizer requests may name (repeatable; a tiktoken encoding, a tokenizer folder "
         "or hub id; loaded at start-up); default: the pruner's own tokenizer only",
     )
+    p.add_argument(
+        "--malloc-mmap-threshold",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="fix glibc's mmap threshold so that requests of every length do not fragment the heap: "
+        "resident memory stays flat over a long run, at some speed (docs/serving.md); 1048576 is a "
+        "good value; 0: the allocator's own (default)",
+    )
     p.add_argument("--access-log", action="store_true", help="log every request (method, path, status)")
     p.add_argument("--no-batching", action="store_true", help="one request at a time (benchmarks)")
     return p
@@ -402,7 +411,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         value = getattr(args, field)
         if (kind is int and value < 1) or (kind is float and not value > 0):
             raise ValueError(f"{flag} must be {'>= 1' if kind is int else '> 0'}, got {value}")
+    if args.malloc_mmap_threshold < 0:
+        raise ValueError(f"--malloc-mmap-threshold must be >= 0, got {args.malloc_mmap_threshold}")
     api_key = _api_key(args.api_key_env, os.environ)  # before the model loads: a missing key stops at once
+    from pruner_model.core.memory import fix_mmap_threshold
+
+    fix_mmap_threshold(args.malloc_mmap_threshold)  # before the model's weights are allocated (0: no-op)
     model_dir = existing_model_dir(args.model)
     import uvicorn
     from pruner_model.inference.http_protocol import protocol_with_header_timeout

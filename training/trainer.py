@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
+from pruner_model.core.memory import fix_mmap_threshold
 from pruner_model.core.precision import machine_info, resolve_precision
 from pruner_model.evaluation.evaluator import dev_metrics
 from pruner_model.evaluation.groups import load_range
@@ -43,7 +44,6 @@ from pruner_model.training.data import (
     tokenize_records,
     window_lengths,
 )
-from pruner_model.training.memory import fix_mmap_threshold
 from pruner_model.training.model_setup import build_model, forget_other_precision, param_groups
 from pruner_model.training.publish import TrainingDiverged, publish
 from tqdm.auto import tqdm

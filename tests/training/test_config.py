@@ -50,7 +50,7 @@ def test_calibration_margin_and_loss_weights_are_validated():
 def test_allocator_threshold_and_shift_groups_are_validated():
     import sys
 
-    from pruner_model.training.memory import fix_mmap_threshold
+    from pruner_model.core.memory import fix_mmap_threshold
 
     with pytest.raises(ConfigError, match="train.malloc_mmap_threshold must be >= 0"):
         load_config(None, ["train.malloc_mmap_threshold=-1"])

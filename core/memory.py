@@ -6,7 +6,8 @@ activations of later batches come from the heap; with batch shapes that change e
 threshold keeps large blocks on mmap, returned to the system when freed, at the price of page
 faults on every large allocation: lower, flat memory for slower steps (measured in
 docs/scale-out.md with ``benchmarks/bench_train_memory.py``). Training leaves it off unless
-``train.malloc_mmap_threshold`` is set.
+``train.malloc_mmap_threshold`` is set, and ``pruner serve`` unless ``--malloc-mmap-threshold``
+is (requests of every length fragment a server's heap the same way; docs/serving.md measures both).
 """
 
 from __future__ import annotations
