@@ -256,7 +256,12 @@ def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> No
     key = "int8_threshold" if pruner.precision == "int8" else "threshold"
     setattr(cfg, key, value)
     cfg.target_evidence = target
+    replaced = key == "threshold" and getattr(cfg, "threshold_model", None) is not None
+    if replaced:  # a threshold calibrated on the user's own text is the new default
+        cfg.threshold_model = None
     save_config(cfg, model_dir)
+    if replaced:
+        print("the per-request threshold (threshold_model) is replaced by this one threshold", file=sys.stderr)
     print(
         f"wrote {key} {value:.4f} (evidence target {target}) into {model_dir / 'config.json'}",
         file=sys.stderr,

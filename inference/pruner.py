@@ -135,6 +135,7 @@ class ContextPruner:
             impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
             if backend_kwargs.get("quantized") and config.int8_threshold is not None:
                 config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
+                config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands
                 config.operating_points = None  # calibrated on the full-precision scores
         else:
             raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")

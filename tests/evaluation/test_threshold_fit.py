@@ -127,3 +127,15 @@ def test_an_onnx_export_carries_the_per_request_threshold(tiny_checkpoint, tmp_p
     passages = ["Paris is the capital of France. The tower was built in 1889. It is made of iron."]
     assert pruner.prune("tower built", passages).threshold == 0.0
     assert pruner.prune("when was the tower built?", passages).threshold == 1.0
+
+
+def test_a_threshold_written_from_the_users_own_data_replaces_the_per_request_one(tiny_checkpoint, capsys):
+    from types import SimpleNamespace
+
+    from pruner_model.inference.evaluate_cli import _write_threshold
+
+    path = _banded_checkpoint(tiny_checkpoint)
+    _write_threshold(path, SimpleNamespace(precision="fp32"), 0.25, 0.9)
+    config = json.loads((path / "config.json").read_text())
+    assert config["threshold"] == 0.25 and config.get("threshold_model") is None
+    assert "replaced" in capsys.readouterr().err
