@@ -261,7 +261,9 @@ def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> No
         cfg.threshold_model = None
     save_config(cfg, model_dir)
     if replaced:
-        print("the per-request threshold (threshold_model) is replaced by this one threshold", file=sys.stderr)
+        print(
+            "the per-request threshold (threshold_model) is replaced by this one threshold", file=sys.stderr
+        )
     print(
         f"wrote {key} {value:.4f} (evidence target {target}) into {model_dir / 'config.json'}",
         file=sys.stderr,
