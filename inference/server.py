@@ -15,6 +15,7 @@ import hmac
 import math
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pruner_model.core.alignment import count_tokens
@@ -55,6 +56,9 @@ class ServerLimits:
     # the budget_tokenizer names a request may choose (loaded at start-up); any other is a 422, so
     # a request cannot make the server load a tokenizer from a path or a hub id of its choosing
     budget_tokenizers: tuple[str, ...] = ()
+
+
+SUMMARIZER_THREADS = 8  # summarizer calls in flight at once (more wait for a thread, within their deadline)
 
 
 class RequestChecks:
@@ -330,6 +334,12 @@ def add_routes(
     async def off_loop(fn, *args):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
+    # summarizer calls wait on another server: they get threads of their own, so a slow or stuck
+    # summarizer can hold only these, never the threads that check and answer plain requests
+    summarizer_threads = ThreadPoolExecutor(
+        max_workers=SUMMARIZER_THREADS, thread_name_prefix="pruner-summarizer"
+    )
+
     async def within_deadline(awaitable):
         try:
             return await asyncio.wait_for(awaitable, limits.deadline_s)
@@ -348,7 +358,9 @@ def add_routes(
             # (less a second to answer); a slow or dead one leaves the plain pruner's output
             left = max(limits.deadline_s - (time.perf_counter() - t0) - 1.0, 0.1)
             params = [r.params for r in requests]
-            results = await within_deadline(off_loop(pruner.summarize, results, params, None, left))
+            loop = asyncio.get_running_loop()
+            call = loop.run_in_executor(summarizer_threads, pruner.summarize, results, params, None, left)
+            results = await within_deadline(call)
         latency = time.perf_counter() - t0
         for r in results:
             metrics.record(

@@ -3,7 +3,8 @@
 Each request pops the next behaviour from ``script`` (then repeats ``default``):
 "ok" (valid labels: sentence 1 of every passage), "429" (with Retry-After), "500", "garbage"
 (non-JSON text), "truncated" (cut-off JSON), "unknown_id" (labels a passage not in the prompt),
-"slow" (sleeps past the client's timeout), "drop" (closes the connection without an answer).
+"slow" (sleeps past the client's timeout), "drop" (closes the connection without an answer),
+"drip" (sends an answer one byte a second for ``slow_seconds`` seconds, never finishing it).
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ class FakeOpenAI:
                 if action == "slow":
                     time.sleep(fake.slow_seconds)
                     action = "ok"
+                if action == "drip":  # a valid answer, one byte a second: no single read times out
+                    data = json.dumps(fake.answer(body, "ok")[1]).encode()
+                    data = data[: int(fake.slow_seconds)] if len(data) > fake.slow_seconds else data
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data) + 1000))
+                    self.end_headers()
+                    try:
+                        for byte in data:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(1.0)
+                    except OSError:  # the client gave up
+                        pass
+                    self.close_connection = True
+                    return None
                 if action == "429":
                     return self._send(
                         429, {"error": {"message": "rate limited"}}, {"Retry-After": fake.retry_after}
