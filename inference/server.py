@@ -129,9 +129,15 @@ class RequestChecks:
         except (ValueError, TypeError) as exc:
             raise self._error(422, str(exc)) from None
 
-    def prune_body(self, body: PruneBody, must_keep_deadline: float | None = None) -> PruneRequest:
+    def sizes(self, body: PruneBody) -> list[str]:
+        """The query's and passages' size limits of one body; its passages' texts."""
         self.query(body.query)
-        self.texts([p if isinstance(p, str) else p.text for p in body.passages], "passage")
+        texts = [p if isinstance(p, str) else p.text for p in body.passages]
+        self.texts(texts, "passage")
+        return texts
+
+    def prune_body(self, body: PruneBody, must_keep_deadline: float | None = None) -> PruneRequest:
+        """One body, its sizes already checked (:meth:`sizes`), checked and segmented."""
         passages = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in body.passages]
         settings = body.model_dump(exclude={"query", "passages"}, exclude_unset=True)
         if "must_keep" in settings:
@@ -139,10 +145,8 @@ class RequestChecks:
         return self.prepare(body.query, passages, settings, must_keep_deadline)
 
     def prune_bodies(self, bodies: list[PruneBody]) -> list[PruneRequest]:
-        for b in bodies:  # cheap measures first: sizes, then words, before any segmenting
-            self.query(b.query)
-            self.texts([p if isinstance(p, str) else p.text for p in b.passages], "passage")
-        self.cheap_cost([p if isinstance(p, str) else p.text for b in bodies for p in b.passages])
+        # cheap measures first: sizes, then words, before any segmenting
+        self.cheap_cost([t for b in bodies for t in self.sizes(b)])
         # one must_keep budget for the whole request, however many queries it holds
         deadline = time.monotonic() + MUST_KEEP_SECONDS
         requests = [self.prune_body(b, deadline) for b in bodies]
