@@ -19,7 +19,7 @@ from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, 
 from pruner_model.evaluation.metrics import relative_groups, weighted_groups
 from pruner_model.evaluation.scorer import score_groups
 from pruner_model.evaluation.statistics import promise_check
-from pruner_model.evaluation.threshold_fit import request_default
+from pruner_model.evaluation.threshold_fit import RequestDefault, request_default
 from pruner_model.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,16 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     mc.target_evidence = c.target_evidence
     per_slice = chosen.get("slice_thresholds", {})
     mc.operating_points = _operating_points(slices, _dev_name(dev), floors, aim, c, mc, quiet)
-    mc.threshold_model = _threshold_model(labeled, mc, aim, c) if c.per_request else None
+    # each slice's request features, computed once: for the fit and for the metrics at its default
+    features = _slice_features(labeled, mc) if c.per_request else {}
+    per_request = _threshold_model(labeled, features, mc, aim, c) if c.per_request else None
+    mc.threshold_model = None if per_request is None else per_request.to_dict()
+
+    def default(name: str) -> RequestDefault | None:
+        if per_request is None:
+            return None
+        return RequestDefault(per_request.thresholds_of(features[name]), per_request.min_relevance)
+
     mc.uncertainty_threshold = _uncertainty_threshold(pool, mc, c.uncertain_share)
     mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
     metrics = dev_metrics(
@@ -108,7 +117,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
         mc.relative_floor,
         mc.relevance_exponent,
         mc.relevance_contrast,
-        request_default(mc, groups, scored),
+        default("as_is"),
     )
     # floors[0] is None and exponents[0] is 0: candidates[0] is the plain token-head score
     metrics.update(
@@ -130,7 +139,7 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
                 mc.relative_floor,
                 mc.relevance_exponent,
                 mc.relevance_contrast,
-                request_default(mc, labeled[name][0], gs),
+                default(name),
             )
             metrics[f"shift_{name}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
     if mc.operating_points:
@@ -170,20 +179,27 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     return metrics
 
 
-def _threshold_model(labeled: dict, mc, aim: float, c) -> dict | None:
+def _slice_features(labeled: dict, mc) -> dict:
+    """``{slice: [groups, len(FEATURES)]}``: every calibration slice's request features under the
+    chosen score rule (``mc``, the model's config)."""
+    from pruner_model.evaluation.threshold_fit import group_features
+
+    rule = (mc.relevance_exponent, mc.relative_floor, mc.relevance_contrast)
+    return {name: group_features(groups, raw, *rule) for name, (groups, raw) in labeled.items()}
+
+
+def _threshold_model(labeled: dict, features: dict, mc, aim: float, c):
     """The per-request threshold model (:mod:`pruner_model.evaluation.threshold_fit`) of every
-    calibration slice under the chosen score rule (``mc``, the model's config), as config.json
-    holds it; None when too few calibration queries have evidence."""
+    calibration slice under the chosen score rule (``mc``, the model's config); None when the
+    slices' own thresholds do not call for one."""
     from pruner_model.evaluation.evaluator import with_score_rules
-    from pruner_model.evaluation.threshold_fit import FitSlice, fit_threshold_model, group_features
+    from pruner_model.evaluation.threshold_fit import FitSlice, fit_threshold_model
 
     rule = (mc.relevance_exponent, mc.relative_floor, mc.relevance_contrast)
     slices = [
-        FitSlice(name, with_score_rules(raw, *rule), group_features(groups, raw, *rule))
-        for name, (groups, raw) in labeled.items()
+        FitSlice(name, with_score_rules(raw, *rule), features[name]) for name, (_, raw) in labeled.items()
     ]
-    model = fit_threshold_model(slices, aim, c.confidence, c.per_request_bands)
-    return None if model is None else model.to_dict()
+    return fit_threshold_model(slices, aim, c.confidence, c.per_request_bands)
 
 
 def _point_text(point: dict) -> str:
