@@ -241,8 +241,8 @@ def main() -> int:
         ap.error(f"no checkpoint at {args.model} (config.json missing)")
 
     import torch
+    from pruner_model.export.onnx import export_onnx
     from pruner_model.inference import ContextPruner
-    from pruner_model.inference.onnx_export import export_onnx
 
     pairs = load_pairs(args.pairs, args.data)
     onnx_dir = args.onnx

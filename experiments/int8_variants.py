@@ -4,7 +4,7 @@
         [--groups 100] [--work /tmp/int8-variants]
 
 Quantizes the fp32 ``model.onnx`` of an export folder (``pruner export`` without ``--quantize``)
-several ways with ``inference.onnx_export.quantize_int8``: one scale per tensor (``plain``), per
+several ways with ``export.quantize.quantize_int8``: one scale per tensor (``plain``), per
 output channel (what ``pruner export`` uses), ``reduce_range``, per channel with the two heads left
 in fp32, per tensor with the last encoder layer and heads left in fp32, and static QDQ (activation
 ranges calibrated on 16 dev groups outside the compared ones, per-channel weights). For each it prints the keep/drop agreement with fp32 on the export's
@@ -67,13 +67,9 @@ def main() -> int:
     import onnx
     from pruner_model.core.records import read_jsonl
     from pruner_model.evaluation.groups import load_range
+    from pruner_model.export.quantize import quantize_int8
+    from pruner_model.export.validate import int8_agreement, keep_decisions, sample_inputs
     from pruner_model.inference.onnx_backend import OnnxBackend
-    from pruner_model.inference.onnx_export import (
-        int8_agreement,
-        keep_decisions,
-        quantize_int8,
-        sample_inputs,
-    )
     from pruner_model.inference.pruner import ContextPruner
     from transformers import AutoTokenizer
 

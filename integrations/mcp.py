@@ -23,10 +23,18 @@ from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from pruner_model.inference.http_schemas import Passage
 from pruner_model.inference.settings import selection_body_fields
 from pruner_model.integrations._common import load_pruner
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Passage(BaseModel):
+    """A passage as an object: its text, with an id and title if the caller has them."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    title: str | None = None
+    text: str
 
 
 class PassageOut(BaseModel):

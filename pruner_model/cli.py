@@ -12,26 +12,26 @@ import os
 import sys
 
 COMMANDS = {
-    "data": ("pruner_model.annotation.cli", "data_main", "build labeled records from QA data sets"),
+    "data": ("pruner_model.commands.data", "data_main", "build labeled records from QA data sets"),
     "annotate": (
-        "pruner_model.annotation.cli",
+        "pruner_model.commands.annotate",
         "annotate_main",
         "label (query, passages) groups with an LLM",
     ),
-    "train": ("pruner_model.training.cli", "train_main", "fine-tune a pruner from a YAML config"),
+    "train": ("pruner_model.commands.train", "train_main", "fine-tune a pruner from a YAML config"),
     "backbone": (
         "pruner_model.training.backbones",
         "backbone_main",
         "write a registry-installed encoder as a Hugging Face folder",
     ),
     "evaluate": (
-        "pruner_model.inference.evaluate_cli",
+        "pruner_model.commands.evaluate",
         "evaluate_main",
         "measure compression vs evidence kept",
     ),
-    "prune": ("pruner_model.inference.cli", "prune_main", "prune passages for a query"),
-    "export": ("pruner_model.inference.cli", "export_main", "export a checkpoint to ONNX"),
-    "serve": ("pruner_model.inference.cli", "serve_main", "serve a pruner over HTTP"),
+    "prune": ("pruner_model.commands.prune", "prune_main", "prune passages for a query"),
+    "export": ("pruner_model.commands.export", "export_main", "export a checkpoint to ONNX"),
+    "serve": ("pruner_model.commands.serve", "serve_main", "serve a pruner over HTTP"),
     "mcp": ("pruner_model.integrations.mcp", "mcp_main", "serve a pruner as an MCP tool (stdio)"),
 }
 

@@ -165,7 +165,7 @@ def test_documents_split_by_family_and_squad_training_text_stays_in_train():
 
 
 def test_pruner_data_mix_rejects_unknown_sources(tmp_path):
-    from pruner_model.annotation.cli import data_main
+    from pruner_model.commands.data import data_main
 
     with pytest.raises(ValueError, match="unknown source 'coqa'"):
         data_main(["mix", "--sources", "coqa", "--output", str(tmp_path)])
@@ -196,6 +196,6 @@ def test_parsinlu_labels_every_answers_sentence():
 
 
 def test_the_default_mix_is_english():
-    from pruner_model.annotation.cli import _mix_parser
+    from pruner_model.commands.data import _mix_parser
 
     assert "hindi" not in _mix_parser().parse_args([]).sources

@@ -117,7 +117,7 @@ def test_a_damaged_threshold_model_is_refused_at_load(tiny_checkpoint):
 
 
 def test_an_onnx_export_carries_the_per_request_threshold(tiny_checkpoint, tmp_path):
-    from pruner_model.inference.onnx_export import export_onnx
+    from pruner_model.export.onnx import export_onnx
 
     from pruner_model import ContextPruner
 
@@ -132,7 +132,7 @@ def test_an_onnx_export_carries_the_per_request_threshold(tiny_checkpoint, tmp_p
 def test_a_threshold_written_from_the_users_own_data_replaces_the_per_request_one(tiny_checkpoint, capsys):
     from types import SimpleNamespace
 
-    from pruner_model.inference.evaluate_cli import _write_threshold
+    from pruner_model.commands.evaluate import _write_threshold
 
     path = _banded_checkpoint(tiny_checkpoint)
     _write_threshold(path, SimpleNamespace(precision="fp32"), 0.25, 0.9)

@@ -138,8 +138,9 @@ def test_selection_params_reject_bad_values(overrides, message):
 
 
 def test_every_selection_knob_is_a_cli_flag_and_a_server_field():
-    from pruner_model.inference.cli import _prune_parser
-    from pruner_model.inference.http_schemas import PruneBody
+    from pruner_model.serving.schemas import PruneBody
+
+    from pruner_model.commands.prune import _prune_parser
 
     flags = {a.dest for a in _prune_parser()._actions}
     body = set(PruneBody.model_fields)
@@ -161,7 +162,7 @@ def test_must_keep_from_the_cli(tiny_checkpoint, tmp_path, capsys):
 @pytest.mark.slow
 def test_must_keep_from_the_server(tiny_checkpoint):
     from fastapi.testclient import TestClient
-    from pruner_model.inference.server import create_app
+    from pruner_model.serving.app import create_app
 
     with TestClient(create_app(ContextPruner.from_pretrained(tiny_checkpoint))) as client:
         r = client.post(

@@ -29,7 +29,7 @@ def test_a_named_key_that_is_missing_stops_the_server(tmp_path, monkeypatch, cap
 
 
 def test_no_key_asked_for_is_an_open_server_and_a_set_key_is_taken(monkeypatch):
-    from pruner_model.inference.cli import _api_key, _is_loopback
+    from pruner_model.commands.serve import _api_key, _is_loopback
 
     assert _api_key(None, {}) is None
     assert _api_key(None, {"PRUNER_API_KEY": "k"}) == "k"

@@ -11,7 +11,7 @@ import pytest
 import tiktoken
 from fastapi.testclient import TestClient
 from pruner_model.inference import ContextPruner
-from pruner_model.inference.server import ServerLimits, create_app
+from pruner_model.serving.app import ServerLimits, create_app
 
 from pruner_model.cli import main
 

@@ -290,7 +290,7 @@ def test_one_long_word_cannot_fool_the_budget_or_the_token_counts(pruner):
 
 # ---------------------------------------------------------------------------- 4. export
 def test_export_replaces_the_whole_folder(tmp_path, _tiny_bert, bert_tokenizer):
-    from pruner_model.inference.onnx_export import ExportError, export_onnx
+    from pruner_model.export.onnx import ExportError, export_onnx
 
     a = tmp_path / "a"
     _tiny_bert.save_pretrained(a)
@@ -311,7 +311,7 @@ def test_export_replaces_the_whole_folder(tmp_path, _tiny_bert, bert_tokenizer):
 
 # ---------------------------------------------------------------------------- 14. write-threshold
 def test_write_threshold_writes_the_target_and_the_int8_threshold(tmp_path, _tiny_bert, bert_tokenizer):
-    from pruner_model.inference.onnx_export import export_onnx
+    from pruner_model.export.onnx import export_onnx
 
     ckpt = tmp_path / "c"
     _tiny_bert.save_pretrained(ckpt)

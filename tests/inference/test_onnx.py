@@ -2,8 +2,8 @@ import json
 
 import numpy as np
 import pytest
+from pruner_model.export.onnx import export_onnx
 from pruner_model.inference import ContextPruner
-from pruner_model.inference.onnx_export import export_onnx
 
 from pruner_model.cli import main
 from tests.conftest import read_threshold
@@ -61,10 +61,11 @@ def test_int8_weights_have_one_scale_per_output_channel(exported):
 
 
 def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, monkeypatch):
-    import pruner_model.inference.onnx_export as ox
+    import pruner_model.export.onnx as ox
+    import pruner_model.export.validate as validation
 
     ckpt, _, _ = exported
-    monkeypatch.setattr(ox, "INT8_MIN_AGREEMENT", 1.01)  # no int8 model can pass
+    monkeypatch.setattr(validation, "INT8_MIN_AGREEMENT", 1.01)  # no int8 model can pass
     out = tmp_path / "export"
     with pytest.raises(ox.ExportError, match="int8 file not kept"):
         export_onnx(ckpt, out, quantize="int8")
@@ -180,7 +181,7 @@ def test_model_options_export_and_match_torch(tmp_path, bert_tokenizer, option):
 def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monkeypatch, capsys):
     import shutil
 
-    import pruner_model.inference.onnx_export as ox
+    import pruner_model.export.quantize as quantization
 
     from tests.evaluation.test_evaluate import records
 
@@ -244,7 +245,7 @@ def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monke
     with pytest.raises(ValueError, match="it has none"):
         ContextPruner.from_pretrained(out, quantized=True).selection_params(operating_point="mine")
     # an int8 model that loses too much is refused with one line, and only fp32 stays
-    monkeypatch.setattr(ox, "INT8_MAX_COMPRESSION_LOSS", -1.0)
+    monkeypatch.setattr(quantization, "INT8_MAX_COMPRESSION_LOSS", -1.0)
     out2 = tmp_path / "export2"
     assert main([*argv[:4], str(out2), *argv[5:]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -278,7 +279,7 @@ def test_serving_an_onnx_folder_needs_no_torch(exported):
         importlib.util.find_spec = lambda n, *a, **k: None if n.split(".")[0] == "torch" else _find(n, *a, **k)
         from fastapi.testclient import TestClient
         from pruner_model import ContextPruner
-        from pruner_model.inference.server import create_app
+        from pruner_model.serving.app import create_app
         pruner = ContextPruner.from_pretrained({str(out)!r}, quantized=True)
         with TestClient(create_app(pruner)) as c:
             r = c.post("/v1/prune", json={{"query": "q?", "passages": ["A sentence. Another one."]}})

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from fastapi import HTTPException
-from pruner_model.inference.http_schemas import PruneBody
-from pruner_model.inference.server import RequestChecks, ServerLimits
+from pruner_model.serving.app import RequestChecks, ServerLimits
+from pruner_model.serving.schemas import PruneBody
 
 
 class _Refuses:
@@ -30,7 +30,7 @@ def test_an_over_cap_body_is_refused_before_it_is_segmented():
 
 
 def test_token_counting_stops_at_the_cap(bert_tokenizer, monkeypatch):
-    import pruner_model.inference.server as server
+    import pruner_model.serving.limits as server
 
     counted = []
     real = server.count_tokens
@@ -68,7 +68,7 @@ def test_token_counting_stops_at_the_cap(bert_tokenizer, monkeypatch):
     ],
 )
 def test_rerank_bodies_take_booleans_integers_and_text_only(extra):
-    from pruner_model.inference.http_schemas import RerankBody
+    from pruner_model.serving.schemas import RerankBody
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):

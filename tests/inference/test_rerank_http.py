@@ -9,7 +9,7 @@ import math
 import pytest
 from fastapi.testclient import TestClient
 from pruner_model.inference import ContextPruner
-from pruner_model.inference.server import create_app
+from pruner_model.serving.app import create_app
 
 from tests.inference.test_reliability import Served
 

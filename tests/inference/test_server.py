@@ -4,7 +4,7 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 from pruner_model.inference import ContextPruner
-from pruner_model.inference.server import ServerLimits, create_app
+from pruner_model.serving.app import ServerLimits, create_app
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from pruner_model.inference.serving_metrics import Metrics
 from pruner_model.inference.settings import SelectionParams
+from pruner_model.serving.metrics import Metrics
 
 
 def test_a_negative_saving_is_a_loss_not_a_crash():

@@ -14,7 +14,6 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 from pruner_model.inference import ContextPruner
-from pruner_model.inference.server import ServerLimits, create_app
 from pruner_model.inference.summarize import (
     SUMMARY_MARK,
     OpenAISummarizer,
@@ -26,6 +25,7 @@ from pruner_model.inference.summarize import (
     parse_summaries,
     summary_messages,
 )
+from pruner_model.serving.app import ServerLimits, create_app
 
 from tests.llama import llama_server
 

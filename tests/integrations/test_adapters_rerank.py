@@ -18,7 +18,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def int8_folder(tmp_path_factory, checkpoint):
-    from pruner_model.inference.onnx_export import export_onnx
+    from pruner_model.export.onnx import export_onnx
 
     out = tmp_path_factory.mktemp("onnx") / "export"
     export_onnx(checkpoint, out, quantize="int8", validate=False)

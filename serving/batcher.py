@@ -10,7 +10,7 @@ import asyncio
 import numpy as np
 from pruner_model.inference.pruner import ContextPruner
 from pruner_model.inference.requests import PruneRequest
-from pruner_model.inference.serving_metrics import Metrics
+from pruner_model.serving.metrics import Metrics
 
 
 class MicroBatcher:

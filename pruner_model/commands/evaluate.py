@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pruner_model.inference.cli import add_precision_argument, existing_model_dir, load_pruner
+from pruner_model.commands.common import add_precision_argument, existing_model_dir, load_pruner
 
 
 def _evaluate_parser() -> argparse.ArgumentParser:
@@ -85,8 +85,9 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     settings = _check_arguments(args)
     model_dir = existing_model_dir(args.model)
     records = _read_records(args)
-    from pruner_model.evaluation.evaluator import evaluate
     from tqdm.auto import tqdm
+
+    from pruner_model.evaluation.evaluator import evaluate
 
     pruner = load_pruner(model_dir, args, quantized=args.quantized)
     if args.by_source:
@@ -230,9 +231,8 @@ def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
     """The recommended threshold (on the checkpoint's relative floor, as the report measured it)
     into the folder's config.json as the named operating point ``name`` (replacing one of that
     name); the checkpoint's own threshold is left as it is."""
-    from pruner_model.core.configuration import save_config
-
     from pruner_model import PrunerConfig
+    from pruner_model.core.configuration import save_config
 
     cfg = PrunerConfig.from_pretrained(str(model_dir))
     point = {"threshold": value, "relative_floor": cfg.relative_floor}
@@ -248,9 +248,8 @@ def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
 def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:
     """The recommended threshold into the folder's config.json, with the target it keeps; the
     threshold was measured on this backend's scores, so int8 scores get the int8 threshold."""
-    from pruner_model.core.configuration import save_config
-
     from pruner_model import PrunerConfig
+    from pruner_model.core.configuration import save_config
 
     cfg = PrunerConfig.from_pretrained(str(model_dir))
     key = "int8_threshold" if pruner.precision == "int8" else "threshold"

@@ -1,0 +1,90 @@
+"""int8 quantization of an exported graph, and the int8 graph's own threshold: calibrated on
+labeled data to keep the evidence fp32 keeps at the checkpoint's threshold, and judged by what
+users get at it (evidence and compression against fp32's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pruner_model.core.configuration import save_config
+
+INT8_MAX_EVIDENCE_LOSS = 0.005  # int8 at its own threshold vs fp32 at the checkpoint's
+INT8_MAX_COMPRESSION_LOSS = 0.01
+
+
+def quantize_int8(fp32_path: Path, int8_path: Path, per_channel: bool = True, **options) -> None:
+    """Dynamic int8 quantization of an exported graph (int8 weights, activations quantized at run
+    time); ``options`` go to ``onnxruntime.quantization.quantize_dynamic`` (``nodes_to_exclude``, ...).
+
+    ``per_channel``: one weight scale per output channel, which keeps int8's keep/drop decisions
+    closer to fp32's where a ranking-trained model decides at small probabilities, at about the
+    same speed (measured with ``experiments/int8_variants.py``: docs/experiments/results-log.md)."""
+    from onnx import TensorProto
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(fp32_path),
+        str(int8_path),
+        weight_type=QuantType.QInt8,
+        per_channel=per_channel,
+        # fused contrib ops (com.microsoft) defeat shape inference: their outputs are float
+        extra_options={"DefaultTensorType": TensorProto.FLOAT},
+        **options,
+    )
+
+
+def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], groups: int = 1000) -> dict:
+    """Give the int8 graph its own threshold and judge it on labeled data.
+
+    fp32 (the exported graph) at the checkpoint's threshold keeps evidence E with compression C on
+    ``groups`` labeled groups; the int8 threshold is the highest that keeps at least E there
+    (same relative floor and relevance exponent). int8 passes when, each at its own threshold, it
+    keeps evidence within 0.5 point and compression within 1 point of fp32. The threshold is
+    stored as ``int8_threshold`` in the export's config, which ``--quantized`` loading uses.
+    """
+    from pruner_model.core.configuration import PrunerConfig
+    from pruner_model.evaluation.calibration import calibrate_threshold
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.groups import load_range
+    from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.inference.onnx_backend import OnnxBackend
+    from pruner_model.inference.pruner import ContextPruner
+
+    labeled = load_range(records, 0, 0, groups, config.segmenter_language, config.segmenter_structure)
+    if not any(g.has_evidence for g in labeled):
+        raise ValueError("int8 calibration data has no group with evidence")
+    floor = config.relative_floor
+    out = {}
+    for name, quantized in (("fp32", False), ("int8", True)):
+        pruner = ContextPruner(
+            OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=quantized), tokenizer, config
+        )
+        raw = score_groups(pruner, labeled).groups
+        out[name] = with_score_rules(raw, config.relevance_exponent, floor, config.relevance_contrast)
+    fp32 = metrics_at(out["fp32"], config.threshold)
+    t8 = calibrate_threshold(out["int8"], fp32["evidence_preserved"])
+    int8 = metrics_at(out["int8"], t8)
+    d_evidence = fp32["evidence_preserved"] - int8["evidence_preserved"]
+    d_compression = fp32["compression"] - int8["compression"]
+    ok = d_evidence <= INT8_MAX_EVIDENCE_LOSS and d_compression <= INT8_MAX_COMPRESSION_LOSS
+    report = {
+        "int8_calibration_groups": len(labeled),
+        "int8_threshold": t8,
+        "fp32_evidence": fp32["evidence_preserved"],
+        "fp32_compression": fp32["compression"],
+        "int8_evidence": int8["evidence_preserved"],
+        "int8_compression": int8["compression"],
+        "int8_ok": ok,
+    }
+    if ok:
+        cfg = PrunerConfig.from_pretrained(str(output_dir))
+        cfg.int8_threshold = t8
+        save_config(cfg, output_dir)
+    else:
+        report["int8_refused"] = (
+            f"int8 at its own threshold keeps evidence {int8['evidence_preserved']:.3f} / compression "
+            f"{int8['compression']:.3f} against fp32's {fp32['evidence_preserved']:.3f} / {fp32['compression']:.3f} "
+            f"(allowed: {INT8_MAX_EVIDENCE_LOSS * 100:.1f} / {INT8_MAX_COMPRESSION_LOSS * 100:.0f} points less)"
+        )
+    return report
