@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pruner_model.core.configuration import save_config
-
 INT8_MAX_EVIDENCE_LOSS = 0.005  # int8 at its own threshold vs fp32 at the checkpoint's
 INT8_MAX_COMPRESSION_LOSS = 0.01
 
@@ -42,7 +40,7 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
     keeps evidence within 0.5 point and compression within 1 point of fp32. The threshold is
     stored as ``int8_threshold`` in the export's config, which ``--quantized`` loading uses.
     """
-    from pruner_model.core.configuration import PrunerConfig
+    from pruner_model.evaluation.calibrate import Calibration
     from pruner_model.evaluation.calibration import calibrate_threshold
     from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_range
@@ -78,9 +76,7 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
         "int8_ok": ok,
     }
     if ok:
-        cfg = PrunerConfig.from_pretrained(str(output_dir))
-        cfg.int8_threshold = t8
-        save_config(cfg, output_dir)
+        Calibration(int8_threshold=t8).save(output_dir)
     else:
         report["int8_refused"] = (
             f"int8 at its own threshold keeps evidence {int8['evidence_preserved']:.3f} / compression "

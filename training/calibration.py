@@ -13,13 +13,13 @@ import logging
 
 import numpy as np
 from pruner_model.core.precision import Precision, resolve_precision
-from pruner_model.evaluation.calibration import calibrate_operating_point, slices_threshold
+from pruner_model.evaluation.calibrate import Calibration, CalibrationRule, CalibrationSlice
+from pruner_model.evaluation.calibrate import calibrate as calibrate_slices
 from pruner_model.evaluation.evaluator import dev_metrics
 from pruner_model.evaluation.groups import LabeledGroup, group_of, load_groups, load_range, range_ids
-from pruner_model.evaluation.metrics import relative_groups, weighted_groups
 from pruner_model.evaluation.scorer import score_groups
 from pruner_model.evaluation.statistics import promise_check
-from pruner_model.evaluation.threshold_fit import RequestDefault, request_default
+from pruner_model.evaluation.threshold_fit import request_default
 from pruner_model.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,10 @@ def _range_groups(
     return load_groups(build_shift("as_is", dev, seed, keep), mc.segmenter_language, mc.segmenter_structure)
 
 
-# over 60 lines: score, choose floor and exponent, set the config, log: one sequence whose intermediate results are all reported
 def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool = False) -> dict | None:
-    """Fit the threshold (and relative floor, relevance exponent) on the calibration slice of the
-    labeled dev records ``dev`` and write them into ``model.config``.
+    """Calibrate the checkpoint's operating point (:func:`pruner_model.evaluation.calibrate.calibrate`)
+    on the calibration slice of the labeled dev records ``dev``, its shifted copies and the
+    calibration sources, and write it into ``model.config``.
 
     Returns:
         The calibration metrics (with every candidate's in-sample and cross-validated numbers,
@@ -67,139 +67,79 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     groups = _range_groups(model, dev, cfg.data.seed, 0, cfg.data.calibration_dev_groups, c.every_answer)
     if not groups:
         return None
-    mc = model.config
-    mc.relevance_contrast = c.relevance_contrast  # a fixed rule: the floor and exponent are chosen under it
     precision = calibration_precision(model, cfg)
     scored, auc = _score(model, tokenizer, groups, precision)
-    labeled = _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
-    labeled.update(_score_sources(model, tokenizer, cfg, precision, quiet))
-    shifted = {k: gs for k, (_, gs) in labeled.items()}
-    labeled = {"as_is": (groups, scored), **labeled}
-    aim = min(1.0, c.target_evidence + c.margin)  # what the threshold is calibrated for
-    floors = [None, *c.relative_floors]
-    exponents = [0.0, *c.relevance_exponents]
-    pool = scored + [g for gs in shifted.values() for g in gs]
-    # with shifted slices: the threshold that meets the target on every slice, and the floor and
-    # exponent whose such threshold compresses the most
-    slices = {"as_is": scored, **shifted} if shifted else scored
-    mc.relative_floor, mc.threshold, chosen = calibrate_operating_point(
-        slices,
-        aim,
-        floors,
-        c.folds,
-        exponents,
-        c.confidence,
-        c.slice_tolerance,
-        mc.relevance_contrast,
-        c.choose_by,
-    )
-    mc.relevance_exponent = chosen["relevance_exponent"]
-    mc.target_evidence = c.target_evidence
-    per_slice = chosen.get("slice_thresholds", {})
-    mc.operating_points = _operating_points(slices, _dev_name(dev), floors, aim, c, mc, quiet)
-    # each slice's request features, computed once: for the fit and for the metrics at its default
-    features = _slice_features(labeled, mc) if c.per_request else {}
-    per_request = _threshold_model(labeled, features, mc, aim, c) if c.per_request else None
-    mc.threshold_model = None if per_request is None else per_request.to_dict()
-
-    def default(name: str) -> RequestDefault | None:
-        if per_request is None:
-            return None
-        return RequestDefault(per_request.thresholds_of(features[name]), per_request.min_relevance)
-
-    mc.uncertainty_threshold = _uncertainty_threshold(pool, mc, c.uncertain_share)
-    mc.summary_threshold = _summary_threshold(slices, mc, c.summary_target)
-    metrics = dev_metrics(
-        scored,
-        auc,
-        mc.threshold,
-        c.target_evidence,
-        mc.relative_floor,
-        mc.relevance_exponent,
-        mc.relevance_contrast,
-        default("as_is"),
-    )
-    # floors[0] is None and exponents[0] is 0: candidates[0] is the plain token-head score
-    metrics.update(
-        uncertainty_threshold=mc.uncertainty_threshold,
-        absolute_threshold=chosen["candidates"][0]["threshold"],
-        calibrated_for=aim,
-        confidence=c.confidence,
-        scored_in=precision,
-        candidates=chosen["candidates"],
-    )
-    if per_slice:
-        metrics["slice_thresholds"] = per_slice
-        for name, gs in shifted.items():
-            m = dev_metrics(
-                gs,
-                float("nan"),
-                mc.threshold,
-                c.target_evidence,
-                mc.relative_floor,
-                mc.relevance_exponent,
-                mc.relevance_contrast,
-                default(name),
-            )
-            metrics[f"shift_{name}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
-    if mc.operating_points:
-        metrics["operating_points"] = dict(mc.operating_points)
+    slices = [CalibrationSlice("as_is", "dev", groups, scored)]
+    slices += _score_shifts(model, tokenizer, cfg, dev, groups, scored, precision)
+    slices += _score_sources(model, tokenizer, cfg, precision, quiet)
+    result = calibrate_slices(slices, CalibrationRule.of(c), _dev_name(dev), log=not quiet)
+    result.write(model.config)
+    metrics = _calibration_metrics(result, slices, auc, c, precision)
     if not quiet:
-        _log_calibration(chosen["candidates"], c.folds, len(exponents) > 1, len(floors) * len(exponents) > 1)
-        mode = "absolute scores" if mc.relative_floor is None else f"relative floor {mc.relative_floor}"
-        if mc.relevance_exponent:
-            mode += f", x relevance^{mc.relevance_exponent}"
-            if mc.relevance_contrast:
-                mode += f" (contrast {mc.relevance_contrast})"
-        margin = f" + margin {c.margin}" if aim != c.target_evidence else ""
-        if c.confidence is not None:
-            margin += f", with confidence {c.confidence} per slice"
-        if per_slice:
-            logger.info("  per-slice thresholds: " + ", ".join(f"{k} {v:.4f}" for k, v in per_slice.items()))
-        if mc.operating_points:
-            logger.info(
-                "  named operating points (prune(..., operating_point=NAME)): "
-                + ", ".join(f"{k} {_point_text(v)}" for k, v in mc.operating_points.items())
-            )
-        logger.info(
-            f"calibrated threshold {mc.threshold:.4f} ({mode}) on {len(groups)} dev groups "
-            f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
-        )
-        if mc.threshold_model is not None:
-            logger.info(
-                "per-request threshold (the default; "
-                + ", ".join(f"{t:.4f}" for t in mc.threshold_model["thresholds"])
-                + f" by band, relevance gate {mc.threshold_model['min_relevance']}): "
-                f"as_is kept {metrics['evidence_preserved']:.3f} compression {metrics['compression']:.3f}, "
-                + ", ".join(
-                    f"{k.removeprefix('source:')} {v['evidence_preserved']:.3f} / {v['compression']:.3f}"
-                    for k, v in ((k[6:], v) for k, v in metrics.items() if k.startswith("shift_"))
-                )
-            )
+        _log_calibration(result, c, len(groups), precision, metrics)
     return metrics
 
 
-def _slice_features(labeled: dict, mc) -> dict:
-    """``{slice: [groups, len(FEATURES)]}``: every calibration slice's request features under the
-    chosen score rule (``mc``, the model's config)."""
-    from pruner_model.evaluation.threshold_fit import group_features
+def _calibration_metrics(result: Calibration, slices: list[CalibrationSlice], auc: float, c, precision) -> dict:
+    """metrics.json's ``calibration`` section: the calibration groups at the new default, what was
+    compared, and each other slice's evidence kept and compression at the default."""
+    exponent, floor, contrast = result.score_rule
+    rule = (result.threshold, c.target_evidence, floor, exponent, contrast)
+    metrics = dev_metrics(slices[0].scored, auc, *rule, result.defaults.get("as_is"))
+    metrics.update(
+        uncertainty_threshold=result.uncertainty_threshold,
+        absolute_threshold=result.absolute_threshold,
+        calibrated_for=result.calibrated_for,
+        confidence=c.confidence,
+        scored_in=precision,
+        candidates=list(result.candidates),
+    )
+    if result.slice_thresholds:
+        metrics["slice_thresholds"] = result.slice_thresholds
+        for s in slices[1:]:
+            m = dev_metrics(s.scored, float("nan"), *rule, result.defaults.get(s.label))
+            metrics[f"shift_{s.label}"] = {k: m[k] for k in ("evidence_preserved", "compression", "f1")}
+    if result.operating_points:
+        metrics["operating_points"] = dict(result.operating_points)
+    return metrics
 
-    rule = (mc.relevance_exponent, mc.relative_floor, mc.relevance_contrast)
-    return {name: group_features(groups, raw, *rule) for name, (groups, raw) in labeled.items()}
 
-
-def _threshold_model(labeled: dict, features: dict, mc, aim: float, c):
-    """The per-request threshold model (:mod:`pruner_model.evaluation.threshold_fit`) of every
-    calibration slice under the chosen score rule (``mc``, the model's config); None when the
-    slices' own thresholds do not call for one."""
-    from pruner_model.evaluation.evaluator import with_score_rules
-    from pruner_model.evaluation.threshold_fit import FitSlice, fit_threshold_model
-
-    rule = (mc.relevance_exponent, mc.relative_floor, mc.relevance_contrast)
-    slices = [
-        FitSlice(name, with_score_rules(raw, *rule), features[name]) for name, (_, raw) in labeled.items()
-    ]
-    return fit_threshold_model(slices, aim, c.confidence, c.per_request_bands)
+def _log_calibration(result: Calibration, c, n_groups: int, precision: Precision, metrics: dict) -> None:
+    """The calibration's log lines: every candidate (when there was a choice), the per-slice and
+    named thresholds, the one threshold and the per-request default."""
+    several = (1 + len(c.relative_floors)) * (1 + len(c.relevance_exponents)) > 1
+    _log_candidates(list(result.candidates), c.folds, bool(c.relevance_exponents), several)
+    mode = "absolute scores" if result.relative_floor is None else f"relative floor {result.relative_floor}"
+    if result.relevance_exponent:
+        mode += f", x relevance^{result.relevance_exponent}"
+        if result.relevance_contrast:
+            mode += f" (contrast {result.relevance_contrast})"
+    margin = f" + margin {c.margin}" if result.calibrated_for != c.target_evidence else ""
+    if c.confidence is not None:
+        margin += f", with confidence {c.confidence} per slice"
+    if result.slice_thresholds:
+        thresholds = ", ".join(f"{k} {v:.4f}" for k, v in result.slice_thresholds.items())
+        logger.info("  per-slice thresholds: " + thresholds)
+    if result.operating_points:
+        logger.info(
+            "  named operating points (prune(..., operating_point=NAME)): "
+            + ", ".join(f"{k} {_point_text(v)}" for k, v in result.operating_points.items())
+        )
+    logger.info(
+        f"calibrated threshold {result.threshold:.4f} ({mode}) on {n_groups} dev groups "
+        f"(evidence target {c.target_evidence}{margin}; scored in {precision})"
+    )
+    if result.threshold_model is not None:
+        logger.info(
+            "per-request threshold (the default; "
+            + ", ".join(f"{t:.4f}" for t in result.threshold_model.thresholds)
+            + f" by band, relevance gate {result.threshold_model.min_relevance}): "
+            f"as_is kept {metrics['evidence_preserved']:.3f} compression {metrics['compression']:.3f}, "
+            + ", ".join(
+                f"{k.removeprefix('source:')} {v['evidence_preserved']:.3f} / {v['compression']:.3f}"
+                for k, v in ((k[6:], v) for k, v in metrics.items() if k.startswith("shift_"))
+            )
+        )
 
 
 def _point_text(point: dict) -> str:
@@ -213,71 +153,6 @@ def _dev_name(dev: list[dict]) -> str:
 
     names = {source_of(r) for r in dev}
     return names.pop() if len(names) == 1 else "dev"
-
-
-# a source's own operating point is fitted on its calibration queries alone: with fewer than this
-# many that have evidence, the kept share's 95% interval is wider than about +-0.03 at 0.95 and
-# the point would promise what its groups cannot show (docs/bring-your-own-corpus.md)
-MIN_POINT_QUERIES = 200
-
-
-def _queries(groups) -> int:
-    return sum(g.has_evidence for g in groups)
-
-
-def _operating_points(slices, dev_name: str, floors, aim: float, c, mc, quiet: bool = True):
-    """Named ``{threshold, relative_floor}`` pairs under the checkpoint's relevance exponent and
-    contrast (``mc``, its config): each
-    calibration source's own (the pair that keeps ``aim`` on that source alone with the most
-    cross-validated compression, as the checkpoint's own is chosen) and the dev data's (its groups
-    and their shifted copies together). Slices without evidence (passage labels only) and sources
-    with fewer than ``MIN_POINT_QUERIES`` queries with evidence name none; None when ``slices`` is
-    one list of groups (no shifted copies, no calibration sources)."""
-    if not isinstance(slices, dict):
-        return None
-    live = [k for k, gs in slices.items() if _queries(gs)]
-    small = [k for k in live if k.startswith("source:") and _queries(slices[k]) < MIN_POINT_QUERIES]
-    if small and not quiet:
-        logger.info(
-            "  no named operating point for "
-            + ", ".join(f"{k[7:]} ({_queries(slices[k])} calibration queries with evidence)" for k in small)
-            + f": a point needs {MIN_POINT_QUERIES}"
-        )
-    named = {k[7:]: {k: slices[k]} for k in live if k.startswith("source:") and k not in small}
-    own = {k: slices[k] for k in live if not k.startswith("source:")}
-    if own:
-        named["dev" if dev_name in named else dev_name] = own
-    points = {}
-    for name, part in named.items():
-        floor, t, _ = calibrate_operating_point(
-            part, aim, floors, c.folds, [mc.relevance_exponent], c.confidence, contrast=mc.relevance_contrast
-        )
-        points[name] = {"threshold": t, "relative_floor": floor}
-    return points or None
-
-
-def _summary_threshold(slices, mc, target: float | None) -> float | None:
-    """The lower edge of tiered compression's middle tier: the threshold that keeps ``target``
-    (e.g. 0.99) of the evidence on every calibration slice, under the chosen floor and exponent;
-    never above the threshold itself."""
-    if target is None:
-        return None
-    named = slices if isinstance(slices, dict) else {"all": slices}
-    rel = [
-        relative_groups(weighted_groups(gs, mc.relevance_exponent, mc.relevance_contrast), mc.relative_floor)
-        for gs in named.values()
-    ]
-    return min(mc.threshold, slices_threshold(rel, target))
-
-
-def _uncertainty_threshold(groups, mc, share: float) -> float | None:
-    """The best-sentence score under which ``share`` of the queries with evidence fall (under the
-    checkpoint's relevance exponent and contrast, ``mc``)."""
-    weighted = weighted_groups(groups, mc.relevance_exponent, mc.relevance_contrast)
-    best = [float(g.scores.max()) for g in weighted if g.has_evidence and len(g.scores)]
-    if not share or not best:
-        return None
-    return float(np.quantile(best, share))
 
 
 def _score_shifts(
@@ -295,7 +170,7 @@ def _score_shifts(
     """
     from pruner_model.evaluation.shifts import build_shift, shares_few_words, shift_parts
 
-    c, mc, out = cfg.calibration, model.config, {}
+    c, mc, out = cfg.calibration, model.config, []
     first = {g.id for g in groups[: c.shift_groups]}
     every = {g.id for g in groups}
     for name in c.shifts:
@@ -308,17 +183,17 @@ def _score_shifts(
                     g.query, (p["text"][a:b] for p in g.passages for a, b in p["relevant_spans"])
                 )
             ]
-            out[name] = ([g for g, _ in few], [s for _, s in few])
+            out.append(CalibrationSlice(name, "shift", [g for g, _ in few], [s for _, s in few]))
             continue
         records = build_shift(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if copies:
-            out[name] = (copies, _score(model, tokenizer, copies, precision)[0])
+            out.append(CalibrationSlice(name, "shift", copies, _score(model, tokenizer, copies, precision)[0]))
     return out
 
 
-def source_slices(cfg: TrainConfig, start: int, stop: int | None, config) -> dict:
-    """``{"source:<name>": groups}``: groups ``start:stop`` of each source's seeded permutation in
+def source_groups(cfg: TrainConfig, start: int, stop: int | None, config) -> dict[str, list[LabeledGroup]]:
+    """``{source: groups}``: groups ``start:stop`` of each source's seeded permutation in
     ``data.calibration_sources``, segmented as ``config`` (the model's) says (sources without a
     labeled sentence, e.g. passage-level only, have no evidence to calibrate on and are left out)."""
     from pruner_model.evaluation.groups import records_by_source
@@ -335,22 +210,24 @@ def source_slices(cfg: TrainConfig, start: int, stop: int | None, config) -> dic
             by_source[src], d.seed, start, stop, config.segmenter_language, config.segmenter_structure
         )
         if any(g.has_evidence for g in gs):
-            out[f"source:{src}"] = gs
+            out[src] = gs
     return out
 
 
-def _score_sources(model, tokenizer, cfg: TrainConfig, precision: Precision, quiet: bool) -> dict:
-    """Each calibration source's groups, scored (slices of their own beside the shifts):
-    ``{"source:<name>": (labeled groups, scored groups)}``."""
-    slices = source_slices(cfg, 0, cfg.data.calibration_source_groups, model.config)
-    if slices and not quiet:
-        logger.info(
-            "calibration sources: " + ", ".join(f"{k[7:]} {len(v)} groups" for k, v in slices.items())
-        )
-    return {name: (gs, _score(model, tokenizer, gs, precision)[0]) for name, gs in slices.items()}
+def _score_sources(
+    model, tokenizer, cfg: TrainConfig, precision: Precision, quiet: bool
+) -> list[CalibrationSlice]:
+    """Each calibration source's groups, scored: slices of their own beside the shifts."""
+    by_source = source_groups(cfg, 0, cfg.data.calibration_source_groups, model.config)
+    if by_source and not quiet:
+        logger.info("calibration sources: " + ", ".join(f"{k} {len(v)} groups" for k, v in by_source.items()))
+    return [
+        CalibrationSlice(name, "source", gs, _score(model, tokenizer, gs, precision)[0])
+        for name, gs in by_source.items()
+    ]
 
 
-def _log_calibration(candidates: list[dict], folds: int, with_exponent: bool, several: bool) -> None:
+def _log_candidates(candidates: list[dict], folds: int, with_exponent: bool, several: bool) -> None:
     if not several:
         return
     for row in candidates:

@@ -231,13 +231,11 @@ def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
     """The recommended threshold (on the checkpoint's relative floor, as the report measured it)
     into the folder's config.json as the named operating point ``name`` (replacing one of that
     name); the checkpoint's own threshold is left as it is."""
-    from pruner_model import PrunerConfig
-    from pruner_model.core.configuration import save_config
+    from pruner_model.core.configuration import PrunerConfig
+    from pruner_model.evaluation.calibrate import Calibration
 
-    cfg = PrunerConfig.from_pretrained(str(model_dir))
-    point = {"threshold": value, "relative_floor": cfg.relative_floor}
-    cfg.operating_points = {**(cfg.operating_points or {}), name: point}
-    save_config(cfg, model_dir)
+    floor = PrunerConfig.from_pretrained(str(model_dir)).relative_floor
+    Calibration(operating_points={name: {"threshold": value, "relative_floor": floor}}).save(model_dir)
     print(
         f"wrote operating point {name!r} = {value:.4f} into {model_dir / 'config.json'} "
         f"(prune(..., operating_point={name!r}))",
@@ -247,18 +245,15 @@ def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
 
 def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:
     """The recommended threshold into the folder's config.json, with the target it keeps; the
-    threshold was measured on this backend's scores, so int8 scores get the int8 threshold."""
-    from pruner_model import PrunerConfig
-    from pruner_model.core.configuration import save_config
+    threshold was measured on this backend's scores, so int8 scores get the int8 threshold. A
+    full-precision one replaces the per-request threshold: one calibrated on the user's own text
+    is the new default."""
+    from pruner_model.core.configuration import PrunerConfig
+    from pruner_model.evaluation.calibrate import Calibration
 
-    cfg = PrunerConfig.from_pretrained(str(model_dir))
     key = "int8_threshold" if pruner.precision == "int8" else "threshold"
-    setattr(cfg, key, value)
-    cfg.target_evidence = target
-    replaced = key == "threshold" and getattr(cfg, "threshold_model", None) is not None
-    if replaced:  # a threshold calibrated on the user's own text is the new default
-        cfg.threshold_model = None
-    save_config(cfg, model_dir)
+    replaced = key == "threshold" and PrunerConfig.from_pretrained(str(model_dir)).threshold_model is not None
+    Calibration(**{key: value}, target_evidence=target).save(model_dir)
     if replaced:
         print(
             "the per-request threshold (threshold_model) is replaced by this one threshold", file=sys.stderr

@@ -5,7 +5,6 @@ import json
 
 import pytest
 import torch
-from pruner_model.core.configuration import PrunerConfig
 from pruner_model.core.records import RecordError
 from pruner_model.training.config import ConfigError, load_config
 from pruner_model.training.data import read_records
@@ -59,10 +58,10 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
 def test_calibration_names_an_operating_point_per_source(
     tmp_path, data_files, tiny_model, bert_tokenizer, monkeypatch
 ):
+    from pruner_model.evaluation import calibrate
     from pruner_model.inference import ContextPruner
-    from pruner_model.training import calibration
 
-    monkeypatch.setattr(calibration, "MIN_POINT_QUERIES", 1)  # the tiny source counts as enough
+    monkeypatch.setattr(calibrate, "MIN_POINT_QUERIES", 1)  # the tiny source counts as enough
 
     from tests.training.helpers import make_records
 
@@ -110,38 +109,6 @@ def test_calibration_names_an_operating_point_per_source(
     other = 0.5 if points["blogs"]["relative_floor"] != 0.5 else 0.2
     with pytest.raises(ValueError, match="leave relative_floor out"):
         pruner.prune("question 1?", passages, operating_point="blogs", relative_floor=other)
-
-
-def test_a_source_with_few_calibration_queries_gets_no_named_point():
-    import numpy as np
-    from pruner_model.core.score_rules import relative_scores
-    from pruner_model.evaluation.metrics import ScoredGroup
-    from pruner_model.training.calibration import MIN_POINT_QUERIES, _operating_points
-    from pruner_model.training.config import CalibrationSection
-
-    rng = np.random.default_rng(0)
-
-    def groups(n, scale):  # one answer unit among four, its score scaled per source
-        out = []
-        for _ in range(n):
-            scores = rng.uniform(0, 0.1, 4)
-            scores[0] = scale * rng.uniform(0.2, 1.0)
-            out.append(ScoredGroup(scores, np.array([True, False, False, False]), np.full(4, 5)))
-        return out
-
-    slices = {
-        "as_is": groups(300, 1.0),
-        "source:big": groups(MIN_POINT_QUERIES, 0.5),
-        "source:small": groups(MIN_POINT_QUERIES - 1, 0.5),
-        "source:blogs": [ScoredGroup(np.ones(2), np.zeros(2, bool), np.ones(2))] * 300,  # no evidence
-    }
-    c = CalibrationSection()
-    points = _operating_points(slices, "squad", [None, 0.1], 0.95, c, PrunerConfig())
-    assert set(points) == {"squad", "big"}
-    for name, key in (("squad", "as_is"), ("big", "source:big")):  # each keeps the target on its own slice
-        floor, t = points[name]["relative_floor"], points[name]["threshold"]
-        kept = [relative_scores(g.scores, floor)[0] >= t for g in slices[key]]
-        assert np.mean(kept) >= 0.95
 
 
 def test_calibration_bf16_scores_calibration_and_report_under_autocast(
@@ -413,12 +380,12 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
     scored = [f"scores of {g.id}" for g in every]
     # low_overlap after a rescored copy: it still picks from the calibration groups' own scores
     cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap]", "calibration.shift_groups=1"])
-    shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
-    assert {k: s for k, (_, s) in shifted.items()} == {
+    shifted = {s.name: s for s in calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)}
+    assert {k: s.scored for k, s in shifted.items()} == {
         "noisy": [f"noisy scores of {every[0].id}"],
         "low_overlap": ["scores of qb"],
     }
-    assert [g.id for g in shifted["low_overlap"][0]] == ["qb"]  # each slice keeps its labeled groups
+    assert [g.id for g in shifted["low_overlap"].groups] == ["qb"]  # each slice keeps its labeled groups
     # a combined slice of low-overlap questions is built from every calibration group, not only the
     # first shift_groups ones: it scores just their low-overlap subset
     seen = []
@@ -429,8 +396,8 @@ def test_calibration_labels_every_answer_and_reuses_scores_for_low_overlap(tmp_p
 
     monkeypatch.setattr(calibration, "_score", record)
     cfg = load_config(None, ["calibration.shifts=[noisy,low_overlap+noisy]", "calibration.shift_groups=1"])
-    shifted = calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)
-    assert seen == [[every[0].id], ["qb"]] and shifted["low_overlap+noisy"][1] == ["copy of qb"]
+    shifted = {s.name: s for s in calibration._score_shifts(tiny_model, None, cfg, dev, every, scored)}
+    assert seen == [[every[0].id], ["qb"]] and shifted["low_overlap+noisy"].scored == ["copy of qb"]
 
 
 def test_a_missing_calibration_source_stops_the_run_before_training(
