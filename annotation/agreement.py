@@ -9,8 +9,7 @@ def compare_with_gold(llm_records: list[dict], gold_records: list[dict]) -> dict
     Sentence precision/recall/F1 over units (a unit is relevant when it overlaps a relevant span),
     and the share of passages where the relevant/irrelevant call agrees."""
     from pruner_model.core.alignment import unit_labels
-
-    from pruner_model import segment
+    from pruner_model.core.segmentation import segment
 
     gold = {r["id"]: r for r in gold_records}
     tp = fp = fn = 0

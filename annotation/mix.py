@@ -28,8 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pruner_model.annotation.sources import Example
-
-from pruner_model import segment
+from pruner_model.core.segmentation import segment
 
 SPLITS = ("train", "calibration", "dev")
 
@@ -119,7 +118,7 @@ def build_mix(
     """``(records, groups, stats)`` per split for ``examples`` of every source
     (``train_texts``: normalized texts, e.g. SQuAD training paragraphs, whose documents must be
     trained on)."""
-    from pruner_model.evaluation.retrieval import TfidfIndex
+    from pruner_model.core.retrieval import TfidfIndex
 
     s = settings
     shares = (s.calibration_share, s.dev_share)

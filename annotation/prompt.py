@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from pruner_model import segment
+from pruner_model.core.segmentation import segment
 
 PROMPT_VERSION = "v2"  # v2: line breaks inside passages, titles and the query become spaces
 

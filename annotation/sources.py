@@ -194,9 +194,8 @@ def evidence_sentences(
     evidence everywhere it occurs). With ``fact`` (coreference questions: "the last name of the
     person who ..."): the sentence that shares the most words with the query (the fact the
     question describes) and, when it lacks the answer, the answer's mention nearest to it."""
+    from pruner_model.core.segmentation import segment
     from pruner_model.core.text import content_words
-
-    from pruner_model import segment
 
     units = segment(doc)
     q = content_words(query)

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pruner_model.core.records import RecordError, default_cache_dir, read_text
-
-from pruner_model import segment
+from pruner_model.core.segmentation import segment
 
 logger = logging.getLogger(__name__)
 BIGBENCH_VERSION = "1.0.0"
@@ -182,7 +181,7 @@ def build_groups(
     index = articles = None
     if mined_distractors > 0:
         import numpy as np
-        from pruner_model.evaluation.retrieval import TfidfIndex
+        from pruner_model.core.retrieval import TfidfIndex
 
         index = TfidfIndex([p.context for p in paragraphs])
         articles = np.array([p.article for p in paragraphs])

@@ -137,6 +137,31 @@ class ChatEndpoint:
             return exc.status_code >= 500 or exc.status_code in (408, 409, 429)
         return False
 
+    def _delay(self, exc: Exception, attempt: int) -> float:
+        """Seconds before retry ``attempt``: the server's Retry-After, else exponential backoff
+        with jitter."""
+        delay = self._retry_after(exc)
+        if delay is None:
+            delay = min(self.s.backoff_max, self.s.backoff_base * 2 ** (attempt - 1))
+            delay *= 0.5 + random.random()  # jitter
+        return delay
+
+    def _answered(self, resp, usage: dict | None) -> str:
+        """An answer's text, its tokens and cost counted (in ``usage`` too, when given)."""
+        with self._lock:
+            self._answers += 1
+        spent = getattr(resp, "usage", None)
+        if spent is not None:
+            pt = usage_count(getattr(spent, "prompt_tokens", 0))
+            ct = usage_count(getattr(spent, "completion_tokens", 0))
+            cost = pt / 1e6 * self.s.price_prompt + ct / 1e6 * self.s.price_completion
+            self.acc.add(prompt_tokens=pt, completion_tokens=ct, estimated_cost=cost)
+            if usage is not None:
+                for k, v in (("prompt_tokens", pt), ("completion_tokens", ct), ("cost", cost)):
+                    usage[k] = usage.get(k, 0) + v
+        choices = getattr(resp, "choices", None) or []
+        return (choices[0].message.content or "") if choices else ""
+
     def complete(
         self, build: Callable[[str], dict], deadline: float | None = None, usage: dict | None = None
     ) -> str:
@@ -191,24 +216,9 @@ class ChatEndpoint:
                     ) from None
                 attempt += 1
                 self.acc.add(retries=1)
-                delay = self._retry_after(exc)
-                if delay is None:
-                    delay = min(self.s.backoff_max, self.s.backoff_base * 2 ** (attempt - 1))
-                    delay *= 0.5 + random.random()  # jitter
+                delay = self._delay(exc, attempt)
                 if deadline is not None and time.monotonic() + delay >= deadline:
                     raise TransportError(f"{type(exc).__name__}; no time left to retry") from None
                 self.sleep(delay)
                 continue
-            with self._lock:
-                self._answers += 1
-            spent = getattr(resp, "usage", None)
-            if spent is not None:
-                pt = usage_count(getattr(spent, "prompt_tokens", 0))
-                ct = usage_count(getattr(spent, "completion_tokens", 0))
-                cost = pt / 1e6 * self.s.price_prompt + ct / 1e6 * self.s.price_completion
-                self.acc.add(prompt_tokens=pt, completion_tokens=ct, estimated_cost=cost)
-                if usage is not None:
-                    for k, v in (("prompt_tokens", pt), ("completion_tokens", ct), ("cost", cost)):
-                        usage[k] = usage.get(k, 0) + v
-            choices = getattr(resp, "choices", None) or []
-            return (choices[0].message.content or "") if choices else ""
+            return self._answered(resp, usage)

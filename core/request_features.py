@@ -63,6 +63,69 @@ def _logit(p: float) -> float:
     return float(np.log(p / (1.0 - p)))
 
 
+def _score_profile(rule_scores: np.ndarray, scores: np.ndarray, relevance, passage) -> list[float]:
+    """How the scores fall off from the best unit, the best raw score, the relevance head's best
+    probability and its gap to the second, the best passage's share of the units."""
+    rule = np.sort(rule_scores)[::-1]
+    n = len(rule)
+
+    def nth(k: int) -> float:
+        return _log10(rule[k]) if n > k else np.log10(_FLOOR)
+
+    rel = np.sort(relevance)[::-1]
+    best_passage = int(passage[int(np.argmax(rule_scores))]) if n else 0
+    return [
+        nth(1),
+        nth(2),
+        nth(4),
+        float(np.mean(rule >= 0.1)) if n else 0.0,
+        float(np.mean(rule >= 0.01)) if n else 0.0,
+        float(np.mean(rule >= 0.001)) if n else 0.0,
+        _log10(np.max(scores)) if n else np.log10(_FLOOR),
+        _logit(rel[0]) if len(rel) else 0.0,
+        _logit(rel[0]) - _logit(rel[1]) if len(rel) > 1 else 0.0,
+        float(np.mean(passage == best_passage)) if n else 0.0,
+    ]
+
+
+def _question_form(query: str, q_words: list[str]) -> list[float]:
+    """The question word, yes/no form, length, question mark and case of the query."""
+    first = q_words[0] if q_words else ""
+    return [
+        *(float(w in q_words[:3]) for w in WH),
+        float(first in YES_NO),
+        float(np.log1p(len(q_words))),
+        float(query.rstrip().endswith("?")),
+        float(query[:1].islower()),
+    ]
+
+
+def _passage_style(texts: Sequence[str], unit_words: list[list[str]]) -> list[float]:
+    """Pronoun, quote and digit shares, words a unit and the number of units."""
+    all_words = [w for ws in unit_words for w in ws]
+    n_words = max(len(all_words), 1)
+    chars = "".join(texts)
+    n = len(texts)
+    return [
+        sum(w in PRONOUNS for w in all_words) / n_words,
+        len(_QUOTE.findall(chars)) / n_words,
+        sum(c.isdigit() for c in chars) / max(len(chars), 1),
+        float(np.log1p(n_words / max(n, 1))),
+        float(np.log1p(n)),
+    ]
+
+
+def _best_overlap(q_words: list[str], unit_words: list[list[str]], rule_scores: np.ndarray) -> list[float]:
+    """The best share of the query's content words a unit holds, and that unit's score."""
+    q_content = {w for w in q_words if w not in STOP_WORDS}
+    overlaps = [len(q_content & set(ws)) / len(q_content) if q_content else 0.0 for ws in unit_words]
+    over = int(np.argmax(overlaps)) if overlaps else -1
+    return [
+        overlaps[over] if overlaps else 0.0,
+        _log10(rule_scores[over]) if over >= 0 else np.log10(_FLOOR),
+    ]
+
+
 def request_features(
     query: str,
     texts: Sequence[str],
@@ -84,46 +147,12 @@ def request_features(
         relevance: ``[n_passages]`` each passage's relevance probability.
     """
     rule_scores = relative_scores(scores, relative_floor)
-    rule = np.sort(rule_scores)[::-1]
-    n = len(rule)
-
-    def nth(k: int) -> float:
-        return _log10(rule[k]) if n > k else np.log10(_FLOOR)
-
-    rel = np.sort(np.asarray(relevance, dtype=np.float64))[::-1]
-    passage = np.asarray(passage)
-    best_passage = int(passage[int(np.argmax(rule_scores))]) if n else 0
     q_words = words(query)
-    q_content = {w for w in q_words if w not in STOP_WORDS}
     unit_words = [words(t) for t in texts]
-    all_words = [w for ws in unit_words for w in ws]
-    n_words = max(len(all_words), 1)
-    chars = "".join(texts)
-    overlaps = [len(q_content & set(ws)) / len(q_content) if q_content else 0.0 for ws in unit_words]
-    over = int(np.argmax(overlaps)) if overlaps else -1
-    first = q_words[0] if q_words else ""
     out = [
-        nth(1),
-        nth(2),
-        nth(4),
-        float(np.mean(rule >= 0.1)) if n else 0.0,
-        float(np.mean(rule >= 0.01)) if n else 0.0,
-        float(np.mean(rule >= 0.001)) if n else 0.0,
-        _log10(np.max(scores)) if n else np.log10(_FLOOR),
-        _logit(rel[0]) if len(rel) else 0.0,
-        _logit(rel[0]) - _logit(rel[1]) if len(rel) > 1 else 0.0,
-        float(np.mean(passage == best_passage)) if n else 0.0,
-        *(float(w in q_words[:3]) for w in WH),
-        float(first in YES_NO),
-        float(np.log1p(len(q_words))),
-        float(query.rstrip().endswith("?")),
-        float(query[:1].islower()),
-        sum(w in PRONOUNS for w in all_words) / n_words,
-        len(_QUOTE.findall(chars)) / n_words,
-        sum(c.isdigit() for c in chars) / max(len(chars), 1),
-        float(np.log1p(n_words / max(n, 1))),
-        float(np.log1p(n)),
-        overlaps[over] if overlaps else 0.0,
-        _log10(rule_scores[over]) if over >= 0 else np.log10(_FLOOR),
+        *_score_profile(rule_scores, scores, np.asarray(relevance, dtype=np.float64), np.asarray(passage)),
+        *_question_form(query, q_words),
+        *_passage_style(texts, unit_words),
+        *_best_overlap(q_words, unit_words, rule_scores),
     ]
     return np.asarray(out, dtype=np.float64)

@@ -175,7 +175,9 @@ def calibrate(
         rule.choose_by,
     )
     exponent, contrast = chosen["relevance_exponent"], rule.relevance_contrast
-    model, defaults = _per_request(slices, rule, (exponent, floor, contrast)) if rule.per_request else (None, {})
+    model, defaults = (
+        _per_request(slices, rule, (exponent, floor, contrast)) if rule.per_request else (None, {})
+    )
     weighted = {s.label: weighted_groups(s.scored, exponent, contrast) for s in slices}
     return Calibration(
         threshold=threshold,
@@ -208,7 +210,9 @@ def _per_request(slices: list[CalibrationSlice], rule: CalibrationRule, score_ru
     model = fit_threshold_model(fit, rule.aim, rule.confidence, rule.per_request_bands)
     if model is None:
         return None, {}
-    return model, {k: RequestDefault(model.thresholds_of(x), model.min_relevance) for k, x in features.items()}
+    return model, {
+        k: RequestDefault(model.thresholds_of(x), model.min_relevance) for k, x in features.items()
+    }
 
 
 def _operating_points(

@@ -105,6 +105,40 @@ def cross_validate(
     return {"evidence_preserved": m["evidence_preserved"], "compression": m["compression"], "folds": folds}
 
 
+def _candidate(rel: dict, target: float, confidence, tolerance: float, folds: int, choose_by: str):
+    """One (exponent, floor) candidate on its slices' scores ``rel``: its threshold (meeting the
+    target on every slice), compression, each slice at its own threshold (``choose_by="curve"``)
+    and, with ``folds``, its cross-validated numbers; also its metrics at that threshold."""
+    t = slices_threshold(list(rel.values()), target, confidence, tolerance)
+    m = metrics_at([g for gs in rel.values() for g in gs], t)
+    row = {"threshold": t, "compression": m["compression"]}
+    if choose_by == "curve":
+        row["curve_compression"] = curve_compression(list(rel.values()), target, confidence)
+    if folds:  # rel is already relative to the candidate's floor
+        cv = cross_validate(
+            list(rel.values()), target, None, folds, confidence=confidence, tolerance=tolerance
+        )
+        row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
+    return row, m
+
+
+def _check_candidates(choose_by: str, floors, exponents) -> None:
+    if choose_by not in CHOOSE_BY:
+        raise ValueError(f"choose_by must be one of {', '.join(CHOOSE_BY)}, got {choose_by!r}")
+    if not floors:
+        raise ValueError("floors must name at least one candidate (None = absolute scores)")
+    if not exponents:
+        raise ValueError("exponents must name at least one candidate (0 = no relevance weighting)")
+
+
+def _score_of(row: dict, choose_by: str) -> float:
+    """What candidates are ranked by: each slice at its own threshold (``curve``; no slice with
+    evidence: every candidate ties, the first wins), else the (cross-validated) compression."""
+    if choose_by == "curve":
+        return row["curve_compression"] if row["curve_compression"] is not None else -1.0
+    return row.get("cv_compression", row["compression"])
+
+
 def calibrate_operating_point(
     groups: list[ScoredGroup] | dict[str, list[ScoredGroup]],
     target: float,
@@ -120,9 +154,8 @@ def calibrate_operating_point(
     highest compression at evidence preserved ``>= target``; also its metrics on ``groups``.
 
     With ``folds >= 2`` (more than one candidate, at least ``folds`` groups) the floor is the one
-    with the highest cross-validated compression (:func:`cross_validate`), not the highest in-sample one; the
-    threshold is then calibrated on all ``groups``. The metrics carry every candidate's numbers
-    under ``"candidates"``. Ties go to the earlier candidate.
+    with the highest cross-validated compression (:func:`cross_validate`); the threshold is then
+    calibrated on all ``groups``. Every candidate's numbers: ``"candidates"``; ties: the earlier.
 
     ``exponents`` are relevance exponents (:func:`relevance_weighted`) tried with every floor; the
     chosen one is ``metrics["relevance_exponent"]``; ``contrast`` sets each group's relevance
@@ -144,12 +177,7 @@ def calibrate_operating_point(
     the target on every slice. ``"threshold"`` (the default) ranks them by the compression at that
     one threshold.
     """
-    if choose_by not in CHOOSE_BY:
-        raise ValueError(f"choose_by must be one of {', '.join(CHOOSE_BY)}, got {choose_by!r}")
-    if not floors:
-        raise ValueError("floors must name at least one candidate (None = absolute scores)")
-    if not exponents:
-        raise ValueError("exponents must name at least one candidate (0 = no relevance weighting)")
+    _check_candidates(choose_by, floors, exponents)
     named = groups if isinstance(groups, dict) else {"all": groups}
     use_cv = (
         folds >= 2 and len(floors) * len(exponents) > 1 and min(len(gs) for gs in named.values()) >= folds
@@ -159,22 +187,10 @@ def calibrate_operating_point(
         weighted = {k: weighted_groups(gs, exponent, contrast) for k, gs in named.items()}
         for floor in floors:
             rel = {k: relative_groups(gs, floor) for k, gs in weighted.items()}
-            t = slices_threshold(list(rel.values()), target, confidence, tolerance)
-            m = metrics_at([g for gs in rel.values() for g in gs], t)
-            row = {"relevance_exponent": exponent, "relative_floor": floor, "threshold": t}
-            row["compression"] = m["compression"]
-            if choose_by == "curve":
-                row["curve_compression"] = curve_compression(list(rel.values()), target, confidence)
-            if use_cv:  # rel is already relative to ``floor``
-                cv = cross_validate(
-                    list(rel.values()), target, None, folds, confidence=confidence, tolerance=tolerance
-                )
-                row.update(cv_evidence_preserved=cv["evidence_preserved"], cv_compression=cv["compression"])
+            row, m = _candidate(rel, target, confidence, tolerance, folds if use_cv else 0, choose_by)
+            row = {"relevance_exponent": exponent, "relative_floor": floor, **row}
             table.append(row)
-            if choose_by == "curve":  # no slice with evidence: every candidate ties, the first wins
-                score = row["curve_compression"] if row["curve_compression"] is not None else -1.0
-            else:
-                score = row["cv_compression"] if use_cv else row["compression"]
+            t, score = row["threshold"], _score_of(row, choose_by)
             if best is None or score > best[0] + 1e-12:
                 per = {k: calibrate_threshold(gs, target, confidence) for k, gs in rel.items()}
                 best = (score, exponent, floor, t, m, per)

@@ -33,6 +33,20 @@ def _promise_lines(op: dict) -> list[str]:
     ]
 
 
+def _rule_text(report: dict) -> str:
+    """The score rule the recommended threshold is on (relative floor, relevance weighting)."""
+    out = ""
+    if report.get("relative_floor") is not None:
+        out += f"; on scores relative to each query's best sentence, floor {report['relative_floor']}"
+    if report.get("relevance_exponent"):
+        out += f"; sentence scores times passage relevance^{report['relevance_exponent']}"
+        if report.get("relevance_contrast"):
+            out += (
+                f", relevance set against the query's best passage (contrast {report['relevance_contrast']})"
+            )
+    return out
+
+
 def write_markdown(report: dict, path: Path) -> None:
     lines = [
         "# Pruning evaluation\n",
@@ -55,23 +69,8 @@ def write_markdown(report: dict, path: Path) -> None:
         + (f", with confidence {report['confidence']}" if report.get("confidence") is not None else "")
         + ")\n",
         f"Recommended threshold **{report['recommended_threshold']:.4f}** "
-        f"(checkpoint default {op['checkpoint_threshold']:.4f}"
-        + (
-            f"; on scores relative to each query's best sentence, floor {report['relative_floor']}"
-            if report.get("relative_floor") is not None
-            else ""
-        )
-        + (
-            f"; sentence scores times passage relevance^{report['relevance_exponent']}"
-            + (
-                f", relevance set against the query's best passage (contrast {report['relevance_contrast']})"
-                if report.get("relevance_contrast")
-                else ""
-            )
-            if report.get("relevance_exponent")
-            else ""
-        )
-        + "), measured through the full pipeline:\n",
+        f"(checkpoint default {op['checkpoint_threshold']:.4f}{_rule_text(report)}), "
+        "measured through the full pipeline:\n",
         "| metric | value |",
         "|---|---|",
     ]

@@ -22,9 +22,9 @@ import random
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from pruner_model.core.retrieval import TfidfIndex
 from pruner_model.core.segmentation import segment
 from pruner_model.evaluation.groups import content_words, group_of, passage_id_of
-from pruner_model.evaluation.retrieval import TfidfIndex
 from pruner_model.evaluation.textnoise import noisy_record
 
 SLICES = ("as_is", "mined", "low_overlap", "noisy")

@@ -84,7 +84,6 @@ def _eager_attention(model) -> None:
 EXPORT_FILES = ("model.onnx", "export_report.json")  # what marks a folder as an export of ours
 
 
-# over 60 lines: mostly the staging-and-swap guard around one call and its two one-line failures
 def export_onnx(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -117,13 +116,7 @@ def export_onnx(
         raise FileNotFoundError(f"no checkpoint (model.safetensors) in {model_dir}")
     if quantize not in (None, "int8"):
         raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
-    if output_dir.exists() and (
-        not output_dir.is_dir()
-        or (any(output_dir.iterdir()) and not any((output_dir / f).is_file() for f in EXPORT_FILES))
-    ):
-        raise ExportError(
-            f"{output_dir} exists and is not an ONNX export folder: choose a new or empty --output"
-        )
+    _check_output(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.export-", dir=output_dir.parent))
     try:
@@ -147,6 +140,17 @@ def export_onnx(
             f"{why}: int8 file not kept; the fp32 export in {output_dir} is valid (serve it without --quantized)"
         )
     return report
+
+
+def _check_output(output_dir: Path) -> None:
+    """An existing ``output_dir`` must be an export of ours (or empty): nothing else is replaced."""
+    if output_dir.exists() and (
+        not output_dir.is_dir()
+        or (any(output_dir.iterdir()) and not any((output_dir / f).is_file() for f in EXPORT_FILES))
+    ):
+        raise ExportError(
+            f"{output_dir} exists and is not an ONNX export folder: choose a new or empty --output"
+        )
 
 
 def _swap_in(staging: Path, output_dir: Path) -> None:

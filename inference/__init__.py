@@ -1,4 +1,10 @@
-"""Inference: `ContextPruner` over interchangeable backends, typed results, selection steps."""
+"""Inference, the library: :class:`ContextPruner` over interchangeable backends (torch, ONNX),
+requests and their settings, selection (threshold, neighbours, budgets, tiers), typed results and
+the summarizer's client for the middle tier. The HTTP server (:mod:`pruner_model.serving`) and the
+ONNX export (:mod:`pruner_model.export`) are built on it.
+
+May import :mod:`pruner_model.core` only.
+"""
 
 from pruner_model.inference.pruner import ContextPruner, PassageScores, RankedPassage
 from pruner_model.inference.requests import PruneRequest

@@ -52,9 +52,8 @@ class TorchBackend:
         dtype: str | None = None,
         show_progress_bar: bool = False,
     ):
+        from pruner_model.core.modeling import PrunerModel
         from pruner_model.inference.loading import progress_bars
-
-        from pruner_model import PrunerModel
 
         with progress_bars(show_progress_bar):
             model = PrunerModel.from_pretrained(str(path))

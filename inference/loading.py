@@ -53,7 +53,7 @@ def is_onnx_folder(path: Path) -> bool:
 
 def load_config(path: Path):
     """The folder's ``PrunerConfig``, or a one-line ValueError naming what is wrong with it."""
-    from pruner_model import PrunerConfig
+    from pruner_model.core.configuration import PrunerConfig
 
     try:
         return PrunerConfig.from_pretrained(str(path))
@@ -69,3 +69,36 @@ def load_tokenizer(path: Path):
         return AutoTokenizer.from_pretrained(str(path))
     except (ValueError, TypeError, OSError) as exc:  # a broken or dangling tokenizer.json
         raise ValueError(f"{path}: the tokenizer files cannot be read ({error_line(exc)})") from None
+
+
+def load_backend(path: Path, config, backend: str, device, show_progress_bar: bool, **backend_kwargs):
+    """The encoder of the folder ``path``: ``"torch"`` (its safetensors), ``"onnx"`` (its
+    ``model.onnx``, or ``model.int8.onnx`` with ``quantized=True``, whose own calibrated threshold
+    then replaces ``config``'s) or ``"auto"`` (ONNX when the folder has no safetensors)."""
+    from pruner_model.inference.backends import TorchBackend
+
+    if backend == "auto":
+        backend = "onnx" if is_onnx_folder(path) else "torch"
+    if backend == "torch":
+        if not (path / "model.safetensors").is_file():
+            raise FileNotFoundError(f"no model.safetensors in {path}")
+        if backend_kwargs.pop("quantized", False):
+            raise ValueError(
+                f"{path} is a torch checkpoint; int8 needs an ONNX export "
+                f"(pruner export --model {path} --output DIR --quantize int8)"
+            )
+        return TorchBackend.from_pretrained(
+            path, device=device, show_progress_bar=show_progress_bar, **backend_kwargs
+        )
+    elif backend == "onnx":
+        from pruner_model.inference.onnx_backend import OnnxBackend
+
+        if backend_kwargs.pop("dtype", None) not in (None, "auto", "fp32"):
+            raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
+        impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
+        if backend_kwargs.get("quantized") and config.int8_threshold is not None:
+            config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
+            config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands
+            config.operating_points = None  # calibrated on the full-precision scores
+        return impl
+    raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")

@@ -12,12 +12,12 @@ import numpy as np
 from pruner_model.core.alignment import char_token_floor, count_tokens, unit_bounds
 from pruner_model.core.configuration import PrunerConfig, check_fits
 from pruner_model.core.request_features import request_features
-from pruner_model.core.score_rules import contrasted_relevance, relevance_weighted
 from pruner_model.core.scoring import PairScores, score_pairs
 from pruner_model.core.threshold_model import ThresholdModel
+from pruner_model.inference.assembly import flat_units, passage_result, prune_stats, weighted_pairs
 from pruner_model.inference.backends import Backend, TorchBackend
 from pruner_model.inference.budget import token_counter
-from pruner_model.inference.loading import is_onnx_folder, load_config, load_tokenizer, resolve_model_path
+from pruner_model.inference.loading import load_backend, load_config, load_tokenizer, resolve_model_path
 from pruner_model.inference.requests import (
     PassageInput,
     PreparedPassage,
@@ -26,19 +26,13 @@ from pruner_model.inference.requests import (
     prepare_passages,
 )
 from pruner_model.inference.results import (
-    PassageResult,
     PassageScores,
     PruneResult,
-    PruneStats,
     RankedPassage,
-    SentenceResult,
-    Span,
-    join_spans,
     with_timings,
 )
 from pruner_model.inference.selection import (
     Units,
-    merge_spans,
     middle_tier,
     must_keep_hits,
     select,
@@ -114,31 +108,7 @@ class ContextPruner:
         config = load_config(path)
         tokenizer = load_tokenizer(path)
         check_fits(config, tokenizer, str(path))
-        if backend == "auto":
-            backend = "onnx" if is_onnx_folder(path) else "torch"
-        if backend == "torch":
-            if not (path / "model.safetensors").is_file():
-                raise FileNotFoundError(f"no model.safetensors in {path}")
-            if backend_kwargs.pop("quantized", False):
-                raise ValueError(
-                    f"{path} is a torch checkpoint; int8 needs an ONNX export "
-                    f"(pruner export --model {path} --output DIR --quantize int8)"
-                )
-            impl: Backend = TorchBackend.from_pretrained(
-                path, device=device, show_progress_bar=show_progress_bar, **backend_kwargs
-            )
-        elif backend == "onnx":
-            from pruner_model.inference.onnx_backend import OnnxBackend
-
-            if backend_kwargs.pop("dtype", None) not in (None, "auto", "fp32"):
-                raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
-            impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
-            if backend_kwargs.get("quantized") and config.int8_threshold is not None:
-                config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
-                config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands
-                config.operating_points = None  # calibrated on the full-precision scores
-        else:
-            raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")
+        impl = load_backend(path, config, backend, device, show_progress_bar, **backend_kwargs)
         pruner = cls(impl, tokenizer, config, batch_size=batch_size, summarizer=summarizer)
         pruner.source = str(path)
         return pruner
@@ -306,22 +276,12 @@ class ContextPruner:
         ``summarize``) summarized, guarded and assembled (:mod:`pruner_model.inference.tiers`);
         a failing summarizer leaves the plain pruner's output and says why in
         ``stats.summary.error``. ``timeout``: seconds for all the summarizer's requests."""
-        from pruner_model.inference.tiers import summarize_results
+        from pruner_model.inference.tiers import summarize_by_counter
 
         summarizer = summarizer or self.summarizer
         if summarizer is None:
             raise ValueError("summarize=True needs a summarizer (ContextPruner(..., summarizer=...))")
-
-        out = list(results)
-        keys = list(dict.fromkeys(p.budget_tokenizer for p in params if p.summarize))
-        for key in keys:  # summaries are counted in the tokens their units were counted in
-            idx = [i for i, p in enumerate(params) if p.summarize and p.budget_tokenizer == key]
-            done = summarize_results(
-                [results[i] for i in idx], [params[i] for i in idx], summarizer, self._counter(key), timeout
-            )
-            for i, r in zip(idx, done):
-                out[i] = r
-        return out
+        return summarize_by_counter(results, params, summarizer, self._counter, timeout)
 
     def _counter(self, budget_tokenizer):
         """Token counts of texts as the units were counted: the budget tokenizer's, or the
@@ -394,24 +354,12 @@ class ContextPruner:
         return out.pairs, out.encoder_seconds
 
     def _weighted(self, pairs: list[PairScores | None]) -> list[PairScores | None]:
-        """One request's pairs (None: a passage with no units) with sentence scores weighted by
-        passage relevance when the checkpoint has a relevance exponent, the relevance first set
-        against the request's best passage when it has a contrast (core/score_rules.py). New
-        objects: a pair shared by several requests is weighted within each."""
-        e, c = self.config.relevance_exponent, self.config.relevance_contrast
-        live = [p for p in pairs if p is not None]
-        if not e or not live:
-            return pairs
-        rel = iter(contrasted_relevance(np.array([p.relevance for p in live]), c))
-        return [
-            None if p is None else replace(p, scores=relevance_weighted(p.scores, next(rel), e))
-            for p in pairs
-        ]
+        return weighted_pairs(pairs, self.config.relevance_exponent, self.config.relevance_contrast)
 
     def _select(self, query, passages, qi, by_pair, params: SelectionParams, forced=None) -> PruneResult:
         """Selection over the units of one query's passages, then the typed result."""
         pairs = self._weighted([by_pair.get((qi, pi)) for pi in range(len(passages))])
-        units, starts, ends = _units(passages, pairs)
+        units, starts, ends = flat_units(passages, pairs)
         if params.threshold is None:  # the checkpoint's per-request threshold, from the request itself
             params = params.with_request_threshold(*self._request_threshold(query, units))
         counter = token_counter(params.budget_tokenizer)
@@ -426,8 +374,8 @@ class ContextPruner:
         if params.summarize:  # verbatim = what the plain pruner keeps; the middle tier is resolved later
             tiers = np.where(keep, "verbatim", "dropped").astype(object)
             tiers[middle_tier(units, keep, params)] = MIDDLE
-        results = [_passage_result(p, units, keep, starts, ends, pi, tiers) for pi, p in enumerate(passages)]
-        stats = _stats(units, keep, removed, confidence, uncertain, params)
+        results = [passage_result(p, units, keep, starts, ends, pi, tiers) for pi, p in enumerate(passages)]
+        stats = prune_stats(units, keep, removed, confidence, uncertain, params)
         text = "\n\n".join(r.text for r in results if r.text)
         return PruneResult(query, text, tuple(results), stats, params.threshold)
 
@@ -443,84 +391,3 @@ class ContextPruner:
             query, units.texts, units.passage, units.scores, self.config.relative_floor, units.relevance
         )
         return model.threshold(feats), model.min_relevance
-
-
-def _units(passages: list[PreparedPassage], scores: list[PairScores | None]):
-    """The units of one query's passages, flattened in document order, as the arrays selection
-    works on; also each unit's ``(starts, ends)`` in its passage. An empty passage has no scores."""
-    parts, offset = [], 0
-    relevance = np.zeros(len(passages))
-    for pi, (p, sc) in enumerate(zip(passages, scores)):
-        if sc is None:
-            continue
-        relevance[pi] = sc.relevance
-        n = len(p.units)
-        heading = [-1 if u.heading is None else offset + u.heading for u in p.units]
-        parts.append(
-            (sc.scores[:n], sc.tokens[:n], np.full(n, pi), [u.paragraph for u in p.units], heading, p)
-        )
-        offset += n
-
-    def cat(k, dtype):
-        return (
-            np.concatenate([np.asarray(part[k], dtype=dtype) for part in parts])
-            if parts
-            else np.zeros(0, dtype)
-        )
-
-    units = Units(
-        scores=cat(0, np.float64),
-        passage=cat(2, np.int64),
-        paragraph=cat(3, np.int64),
-        heading=cat(4, np.int64),
-        tokens=cat(1, np.int64),
-        texts=[p.text[u.start : u.end] for *_, p in parts for u in p.units],
-        relevance=relevance,
-    )
-    starts = np.array([u.start for *_, p in parts for u in p.units], dtype=np.int64)
-    ends = np.array([u.end for *_, p in parts for u in p.units], dtype=np.int64)
-    return units, starts, ends
-
-
-def _passage_result(
-    p: PreparedPassage, units: Units, keep, starts, ends, pi: int, tiers=None
-) -> PassageResult:
-    sel = units.passage == pi
-    spans = merge_spans(starts[sel], ends[sel], units.scores[sel], keep[sel])
-    tier = tiers[sel] if tiers is not None else [None] * int(sel.sum())
-    sentences = tuple(
-        SentenceResult(k, u.start, u.end, float(s), bool(kp), u.kind, int(t), tr)
-        for k, (u, s, kp, t, tr) in enumerate(
-            zip(p.units, units.scores[sel], keep[sel], units.tokens[sel], tier)
-        )
-    )
-    return PassageResult(
-        id=p.id,
-        title=p.title,
-        text=join_spans(p.text, spans),
-        spans=tuple(Span(*s) for s in spans),
-        sentences=sentences,
-        relevance=float(units.relevance[pi]),
-        original_length=len(p.text),
-        source_text=p.text,
-    )
-
-
-def _stats(units: Units, keep, removed: int, confidence: float, uncertain: bool, params) -> PruneStats:
-    tokens_in = int(units.tokens.sum())
-    tokens_out = int(units.tokens[keep].sum())
-    price = params.price_per_million_tokens
-    return PruneStats(
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        compression=1.0 - tokens_out / tokens_in if tokens_in else 0.0,
-        sentences_in=len(units),
-        sentences_out=int(keep.sum()),
-        duplicates_removed=removed,
-        encoder_seconds=0.0,
-        postprocess_seconds=0.0,
-        confidence=confidence,
-        uncertain=uncertain,
-        tokens_saved=tokens_in - tokens_out,
-        cost_saved=None if price is None else (tokens_in - tokens_out) / 1e6 * price,
-    )

@@ -189,3 +189,25 @@ def _with_stats(result: PruneResult, params: SelectionParams, passages, summary:
     )
     text = "\n\n".join(p.text for p in passages if p.text)
     return replace(result, text=text, passages=passages, stats=stats)
+
+
+def summarize_by_counter(
+    results: Sequence[PruneResult],
+    params: Sequence[SelectionParams],
+    summarizer: Summarizer,
+    counter_of: Callable,
+    timeout: float | None = None,
+) -> list[PruneResult]:
+    """:func:`summarize_results` for results whose settings count tokens with different budget
+    tokenizers: summaries are counted in the tokens their units were counted in
+    (``counter_of(budget_tokenizer)``)."""
+    out = list(results)
+    keys = list(dict.fromkeys(p.budget_tokenizer for p in params if p.summarize))
+    for key in keys:
+        idx = [i for i, p in enumerate(params) if p.summarize and p.budget_tokenizer == key]
+        done = summarize_results(
+            [results[i] for i in idx], [params[i] for i in idx], summarizer, counter_of(key), timeout
+        )
+        for i, r in zip(idx, done):
+            out[i] = r
+    return out

@@ -73,20 +73,25 @@ def create_app(
 
     install_guards(app, limits, api_key, metrics)
     if cors_origins:  # added last, so outermost: a preflight is answered before the key check
-        from fastapi.middleware.cors import CORSMiddleware
-
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(cors_origins),
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
-        )
+        _allow_origins(app, cors_origins)
     served = Served(pruner, limits, batcher, metrics)
     app.include_router(prune_router(served))
     app.include_router(rerank_router(served))
     app.include_router(operations_router(served))
     app.state.metrics = metrics
     return app
+
+
+def _allow_origins(app, origins: tuple[str, ...]) -> None:
+    """CORS for these browser origins: GET and POST with the key and a JSON body."""
+    from fastapi.middleware.cors import CORSMiddleware
+
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type"],
+    )
 
 
 def operations_router(served: Served):

@@ -38,7 +38,9 @@ def prune_router(served: Served):
             left = max(limits.deadline_s - (time.perf_counter() - t0) - 1.0, 0.1)
             params = [r.params for r in requests]
             loop = asyncio.get_running_loop()
-            call = loop.run_in_executor(summarizer_threads, served.pruner.summarize, results, params, None, left)
+            call = loop.run_in_executor(
+                summarizer_threads, served.pruner.summarize, results, params, None, left
+            )
             results = await served.within_deadline(call)
         latency = time.perf_counter() - t0
         for r in results:

@@ -35,4 +35,6 @@ class Served:
         try:
             return await asyncio.wait_for(awaitable, self.limits.deadline_s)
         except asyncio.TimeoutError:
-            raise HTTPException(504, f"not answered within the {self.limits.deadline_s:g} s deadline") from None
+            raise HTTPException(
+                504, f"not answered within the {self.limits.deadline_s:g} s deadline"
+            ) from None

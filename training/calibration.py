@@ -80,7 +80,9 @@ def calibrate(model, tokenizer, cfg: TrainConfig, dev: list[dict], quiet: bool =
     return metrics
 
 
-def _calibration_metrics(result: Calibration, slices: list[CalibrationSlice], auc: float, c, precision) -> dict:
+def _calibration_metrics(
+    result: Calibration, slices: list[CalibrationSlice], auc: float, c, precision
+) -> dict:
     """metrics.json's ``calibration`` section: the calibration groups at the new default, what was
     compared, and each other slice's evidence kept and compression at the default."""
     exponent, floor, contrast = result.score_rule
@@ -188,7 +190,9 @@ def _score_shifts(
         records = build_shift(name, dev, cfg.data.seed, ids)
         copies = load_groups(records, mc.segmenter_language, mc.segmenter_structure)
         if copies:
-            out.append(CalibrationSlice(name, "shift", copies, _score(model, tokenizer, copies, precision)[0]))
+            out.append(
+                CalibrationSlice(name, "shift", copies, _score(model, tokenizer, copies, precision)[0])
+            )
     return out
 
 

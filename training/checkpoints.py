@@ -59,3 +59,19 @@ def state_dir_of(output: str | Path) -> Path:
     """Where the resumable state of the run published in ``output`` lives."""
     output = Path(output)
     return output.with_name(output.name + ".trainer")
+
+
+def save_resumable(accelerator, state_dir: Path, extras) -> None:
+    """accelerate's state (every process saves its part, its RNG state) and ``extras(folder)``
+    (written by the main process) into a folder swapped in whole as ``state_dir``: a crash while
+    saving leaves the previous state."""
+    tmp = state_dir.with_name(state_dir.name + ".tmp")
+    if accelerator.is_main_process and tmp.exists():
+        shutil.rmtree(tmp)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        extras(tmp)
+        swap_in(tmp, state_dir)
+    accelerator.wait_for_everyone()

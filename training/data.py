@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pruner_model.core.alignment import token_to_sentence, unit_bounds
+from pruner_model.core.alignment import (
+    IGNORE_INDEX,
+    encode_pairs,
+    span_labels,
+    token_to_sentence,
+    unit_bounds,
+)
 from pruner_model.core.records import RecordError, iter_jsonl, validate_labeled
-from pruner_model.core.scoring import pad_rows, pad_value
+from pruner_model.core.segmentation import segment
 from pruner_model.evaluation.groups import group_of, records_by_source, source_of
 from pruner_model.evaluation.shifts import low_overlap_groups
 from pruner_model.evaluation.textnoise import noisy_record
-
-from pruner_model import IGNORE_INDEX, encode_pairs, segment, span_labels
 
 
 @dataclass
@@ -73,6 +76,24 @@ def read_records(
     proportion to its weight (sources without a weight are left out), the low-overlap share
     applying within each source."""
     report = DataReport(files=[str(f) for f in files])
+    records = _read_files(files, dedup, report)
+    if mix is not None:
+        records = _only_mixed(records, mix, report)
+    if max_groups is not None:
+        keep, n_low = _draw_groups(records, max_groups, seed, low_overlap_share, mix)
+        if low_overlap_share is not None:
+            report.low_overlap_groups = n_low
+        records = [r for r in records if group_of(r) in keep]
+    report.records = len(records)
+    report.positives = sum(1 for r in records if r["relevant_spans"])
+    report.negatives = report.records - report.positives
+    report.groups = len({group_of(r) for r in records})
+    return records, report
+
+
+def _read_files(files: list[str], dedup: bool, report: DataReport) -> list[dict]:
+    """Every valid record of ``files`` (empty ones dropped, duplicates removed with ``dedup``),
+    reduced to the fields training reads; counted in ``report``."""
     seen: set[str] = set()
     records: list[dict] = []
     for f in files:
@@ -105,40 +126,40 @@ def read_records(
                 if key in meta:
                     record["meta"][key] = meta[key]
             records.append(record)
-    if mix is not None:
-        found = sorted({r["meta"]["source"] for r in records})
-        missing = sorted(set(mix) - set(found))
-        if missing:
-            raise RecordError(
-                f"data.mix names source {missing[0]!r}, which no record of {', '.join(report.files)} has "
-                f"(sources there: {', '.join(found) or 'none'}): give its file in data.train, or leave it "
-                "out of data.mix (or remove data.mix to train on every record)"
-            )
-        left_out = sum(r["meta"]["source"] not in mix for r in records)
-        if left_out:
-            report.dropped["source not in data.mix"] = left_out
-        records = [r for r in records if r["meta"]["source"] in mix]
-    if max_groups is not None:
-        if mix is None:
-            keep, n_low = _draw(records, max_groups, seed, low_overlap_share)
-        else:
-            total = sum(mix.values())
-            by_source = records_by_source(records)
-            keep, n_low = set(), 0
-            for k, (src, weight) in enumerate(sorted(mix.items())):
-                ids, low = _draw(
-                    by_source.get(src, []), round(max_groups * weight / total), seed + k, low_overlap_share
-                )
-                keep |= ids
-                n_low += low
-        if low_overlap_share is not None:
-            report.low_overlap_groups = n_low
-        records = [r for r in records if group_of(r) in keep]
-    report.records = len(records)
-    report.positives = sum(1 for r in records if r["relevant_spans"])
-    report.negatives = report.records - report.positives
-    report.groups = len({group_of(r) for r in records})
-    return records, report
+    return records
+
+
+def _only_mixed(records: list[dict], mix: dict[str, float], report: DataReport) -> list[dict]:
+    """The records of the sources ``mix`` weighs; a source it names that no record has is an error."""
+    found = sorted({r["meta"]["source"] for r in records})
+    missing = sorted(set(mix) - set(found))
+    if missing:
+        raise RecordError(
+            f"data.mix names source {missing[0]!r}, which no record of {', '.join(report.files)} has "
+            f"(sources there: {', '.join(found) or 'none'}): give its file in data.train, or leave it "
+            "out of data.mix (or remove data.mix to train on every record)"
+        )
+    left_out = sum(r["meta"]["source"] not in mix for r in records)
+    if left_out:
+        report.dropped["source not in data.mix"] = left_out
+    return [r for r in records if r["meta"]["source"] in mix]
+
+
+def _draw_groups(records, max_groups: int, seed: int, low_overlap_share, mix) -> tuple[set, int]:
+    """The ids of the ``max_groups`` groups drawn (from each source by its ``mix`` weight) and
+    how many of them are low-overlap questions."""
+    if mix is None:
+        return _draw(records, max_groups, seed, low_overlap_share)
+    total = sum(mix.values())
+    by_source = records_by_source(records)
+    keep, n_low = set(), 0
+    for k, (src, weight) in enumerate(sorted(mix.items())):
+        ids, low = _draw(
+            by_source.get(src, []), round(max_groups * weight / total), seed + k, low_overlap_share
+        )
+        keep |= ids
+        n_low += low
+    return keep, n_low
 
 
 def _draw(records: list[dict], n: int, seed: int, low_overlap_share: float | None) -> tuple[set, int]:
@@ -252,120 +273,3 @@ def tokenize_records(
 
 def _scalar(name: str) -> str:
     return "float32" if name in ("relevance", "teacher") else "int64"
-
-
-def window_lengths(ds) -> np.ndarray:
-    """Tokens per window of a tokenized set, read from Arrow offsets (no Python lists)."""
-    import pyarrow.compute as pc
-
-    return pc.list_value_length(ds.data.column("input_ids")).to_numpy()
-
-
-class LengthGroupedBatches:
-    """Deterministic batches of similar lengths: shuffle (seeded by epoch), sort inside chunks of
-    ``50 * batch_size`` by length, cut into batches, shuffle the batches. Less padding, same
-    order for the same (seed, epoch), which makes resuming exact."""
-
-    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, mega: int = 50):
-        self.lengths = np.asarray(lengths)
-        self.batch_size = batch_size
-        self.seed = seed
-        self.mega = mega
-        self.epoch = 0
-
-    def for_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` (not named set_epoch: accelerate would call that with its own
-        per-loader counter, which restarts at 0 in a resumed run)."""
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
-
-    def __iter__(self) -> Iterator[list[int]]:
-        rng = np.random.default_rng(self.seed + 1000 * self.epoch)
-        perm = rng.permutation(len(self.lengths))
-        chunk = self.batch_size * self.mega
-        batches = []
-        for c in range(0, len(perm), chunk):
-            part = perm[c : c + chunk]
-            part = part[np.argsort(-self.lengths[part], kind="stable")]
-            batches += [part[i : i + self.batch_size].tolist() for i in range(0, len(part), self.batch_size)]
-        order = rng.permutation(len(batches))
-        return iter([batches[i] for i in order])
-
-
-class GroupedBatches(LengthGroupedBatches):
-    """Batches of whole query groups (every window of a group's passages in one batch), so the
-    sentence ranking loss can rank an answer sentence against the distractor passages of its
-    query. Groups are shuffled (seeded by epoch), sorted by length inside chunks of about
-    ``mega`` batches, and packed in that order into batches of at most ``batch_size`` windows;
-    a group with more windows than that is cut. Deterministic per (seed, epoch) like its parent."""
-
-    def __init__(self, lengths: np.ndarray, groups: np.ndarray, batch_size: int, seed: int, mega: int = 50):
-        super().__init__(lengths, batch_size, seed, mega)
-        groups = np.asarray(groups)
-        order = np.argsort(groups, kind="stable")
-        cuts = np.flatnonzero(np.diff(groups[order])) + 1
-        self.members = np.split(order, cuts) if len(order) else []  # window indices of each group
-        self.group_length = np.array([self.lengths[m].max() for m in self.members], dtype=np.int64)
-
-    def __len__(self) -> int:  # packing depends on the order: count this epoch's batches
-        return len(self._batches())
-
-    def _pack(self, group_order: np.ndarray) -> list[list[int]]:
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for g in group_order:
-            m = self.members[g].tolist()
-            if current and len(current) + len(m) > self.batch_size:
-                batches.append(current)
-                current = []
-            while len(m) > self.batch_size:  # a group larger than a batch: cut it
-                batches.append(m[: self.batch_size])
-                m = m[self.batch_size :]
-            current += m
-        if current:
-            batches.append(current)
-        return batches
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._batches())
-
-    def _batches(self) -> list[list[int]]:
-        rng = np.random.default_rng(self.seed + 1000 * self.epoch)
-        perm = rng.permutation(len(self.members))
-        per_chunk = max(1, self.mega * self.batch_size * len(self.members) // max(1, len(self.lengths)))
-        ordered = []
-        for c in range(0, len(perm), per_chunk):
-            part = perm[c : c + per_chunk]
-            ordered.append(part[np.argsort(-self.group_length[part], kind="stable")])
-        batches = self._pack(np.concatenate(ordered) if ordered else perm)
-        order = rng.permutation(len(batches))
-        return [batches[i] for i in order]
-
-
-class Collator:
-    """Pads a list of windows to the longest one; labels pad with IGNORE_INDEX. With ``groups``,
-    the batch also carries each window's query group (for the group-wide ranking loss)."""
-
-    def __init__(self, pad_token_id: int, input_names: list[str], groups: bool = False):
-        self.pad = pad_token_id
-        self.input_names = input_names
-        self.groups = groups
-
-    def __call__(self, rows: list[dict]):
-        import torch
-
-        width = max(len(r["input_ids"]) for r in rows)
-        out = {}
-        for name in [*self.input_names, "labels", "sentence_ids"]:
-            if name not in rows[0]:
-                continue
-            fill = {"labels": IGNORE_INDEX, "sentence_ids": -1}.get(name, pad_value(name, self.pad))
-            out[name] = torch.from_numpy(pad_rows([r[name] for r in rows], fill, width))
-        out["relevance_labels"] = torch.tensor([r["relevance"] for r in rows], dtype=torch.float32)
-        if self.groups:
-            out["groups"] = torch.tensor([r["group"] for r in rows], dtype=torch.int64)
-        if "teacher" in rows[0]:
-            out["teacher_scores"] = torch.tensor([r["teacher"] for r in rows], dtype=torch.float32)
-        return out

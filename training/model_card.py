@@ -3,6 +3,7 @@ so the folder can go to a model hub as it is."""
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 import yaml
@@ -12,11 +13,21 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-# over 60 lines: most of it is the card's Markdown template, kept in one piece to read as it renders
+TEMPLATE = Path(__file__).with_name("model_card.md")  # the card's Markdown, $-placeholders
+METRIC_ROWS = (
+    "evidence_preserved",
+    "compression",
+    "word_compression",
+    "precision",
+    "recall",
+    "f1",
+    "token_auc",
+)
+
+
 def write_model_card(output: Path, cfg, config, metrics: dict) -> Path:
     """Write ``output/README.md``: base model, data, metrics at the calibrated threshold, intended
-    use and limits. Returns its path."""
-    base = cfg.model.init_from or cfg.model.backbone or "sentence-transformers/all-MiniLM-L6-v2"
+    use and limits (``model_card.md`` filled in). Returns its path."""
     dev = metrics.get("dev", {})
     target = cfg.calibration.target_evidence
     shifts = cfg.calibration.shifts
@@ -25,86 +36,57 @@ def write_model_card(output: Path, cfg, config, metrics: dict) -> Path:
         if shifts
         else ""
     )
-    meta = {
-        "license": "apache-2.0",
-        "library_name": "pruner-model",
-        "base_model": base,
-        "pipeline_tag": "token-classification",
-        "tags": ["rag", "context-pruning", "provence", "pruner-model"],
-        "datasets": [str(f) for f in cfg.data.train],
-        "model-index": [
-            {
-                "name": output.name,
-                "results": [
-                    {
-                        "task": {"type": "context-pruning", "name": "RAG context pruning"},
-                        "dataset": {"name": ", ".join(map(str, cfg.data.dev)), "type": "labeled-records"},
-                        "metrics": [
-                            {"type": k, "value": float(dev[k])}
-                            for k in ("evidence_preserved", "compression", "f1", "token_auc")
-                            if k in dev
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
+    rows = "\n".join(f"| {k} | {_fmt(dev[k])} |" for k in METRIC_ROWS if k in dev)
     floor = getattr(config, "relative_floor", None)
-    rows = "\n".join(
-        f"| {k} | {_fmt(dev[k])} |"
-        for k in (
-            "evidence_preserved",
-            "compression",
-            "word_compression",
-            "precision",
-            "recall",
-            "f1",
-            "token_auc",
-        )
-        if k in dev
+    body = string.Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
+        name=output.name,
+        base=_base(cfg),
+        train_files=", ".join(f"`{f}`" for f in cfg.data.train),
+        mix=_mix(cfg),
+        max_length=config.max_length,
+        stride=config.stride,
+        sentence_loss_weight=config.sentence_loss_weight,
+        best_step=metrics.get("best_step"),
+        best_metric=cfg.train.best_metric,
+        teacher=_teacher(cfg, config),
+        precision=_precision(metrics.get("precision")),
+        operating_point=_operating_point(config, target, floor, shifted, "calibration" in metrics),
+        rows=rows or "| (no report slice) | |",
+        promise=_promise(dev.get("promise")),
+        named_points=_named_points(config, target),
+        languages=_languages(cfg),
     )
-    body = f"""# {output.name}: a context pruner
-
-A Provence-style span pruner trained with [pruner-model](https://pypi.org/project/pruner-model/):
-it reads `query [SEP] passage`, scores every passage token, and keeps the sentences a query needs,
-so a RAG generator reads fewer tokens.
-
-```python
-from pruner_model import ContextPruner
-
-pruner = ContextPruner.from_pretrained("{output.name}")
-result = pruner.prune("your question", ["passage one ...", "passage two ..."])
-print(result.text, result.stats.compression)
-```
-
-## Training
-
-- base encoder: `{base}`
-- training data: {", ".join(f"`{f}`" for f in cfg.data.train)} (labeled records, answer sentences as spans){_mix(cfg)}
-- max length {config.max_length} tokens, stride {config.stride}; sentence ranking loss weight
-  {config.sentence_loss_weight}; best step {metrics.get("best_step")} by `{cfg.train.best_metric}`{_teacher(cfg, config)}
-{_precision(metrics.get("precision"))}
-
-## Operating point
-
-{_operating_point(config, target, floor, shifted, "calibration" in metrics)}
-
-| metric | value |
-|---|---|
-{rows or "| (no report slice) | |"}
-{_promise(dev.get("promise"))}
-{_named_points(config, target)}
-## Intended use and limits
-
-For pruning retrieved passages before generation, {_languages(cfg)}, on text like the training data.
-A threshold calibrated on one domain keeps fewer answers on another: re-calibrate on labeled data
-from your own corpus (`pruner evaluate`) before relying on the promised evidence rate. Passages are
-cut into sentences by NLTK punkt; answers spread over many sentences or tables need `neighbors`
-or a token budget.
-"""
+    meta = _metadata(output, cfg, dev)
     path = Path(output) / "README.md"
     path.write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n\n" + body, encoding="utf-8")
     return path
+
+
+def _base(cfg) -> str:
+    return cfg.model.init_from or cfg.model.backbone or "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _metadata(output: Path, cfg, dev: dict) -> dict:
+    """The card's YAML header: licence, base model, tags, data and the model-index metrics."""
+    metrics = [
+        {"type": k, "value": float(dev[k])}
+        for k in ("evidence_preserved", "compression", "f1", "token_auc")
+        if k in dev
+    ]
+    result = {
+        "task": {"type": "context-pruning", "name": "RAG context pruning"},
+        "dataset": {"name": ", ".join(map(str, cfg.data.dev)), "type": "labeled-records"},
+        "metrics": metrics,
+    }
+    return {
+        "license": "apache-2.0",
+        "library_name": "pruner-model",
+        "base_model": _base(cfg),
+        "pipeline_tag": "token-classification",
+        "tags": ["rag", "context-pruning", "provence", "pruner-model"],
+        "datasets": [str(f) for f in cfg.data.train],
+        "model-index": [{"name": output.name, "results": [result]}],
+    }
 
 
 def _operating_point(config, target: float, floor, shifted: str, calibrated: bool) -> str:

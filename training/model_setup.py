@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pruner_model.core.configuration import check_fits, encoder_positions
+from pruner_model.core.modeling import PrunerModel
 from pruner_model.training.config import TrainConfig
-
-from pruner_model import PrunerModel
 
 
 def param_groups(model: PrunerModel, cfg: TrainConfig):
@@ -26,9 +25,8 @@ def param_groups(model: PrunerModel, cfg: TrainConfig):
 
 
 def build_model(cfg: TrainConfig):
+    from pruner_model.core.modeling import default_backbone_path
     from transformers import AutoTokenizer
-
-    from pruner_model import default_backbone_path
 
     m = cfg.model
     if m.init_from:

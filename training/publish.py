@@ -59,3 +59,30 @@ def publish(
     write_json(out / "metrics.json", metrics)
     write_model_card(out, cfg, model.config, metrics)
     return metrics
+
+
+def publish_best(
+    best_dir: Path,
+    tokenizer,
+    cfg: TrainConfig,
+    dev_records,
+    out: Path,
+    state: dict,
+    precision,
+    machine,
+    quiet: bool,
+) -> dict:
+    """:func:`publish` the best checkpoint of a run (``state``: the trainer's, with its history)."""
+    import torch
+    from pruner_model.core.modeling import PrunerModel
+
+    if not best_dir.is_dir():
+        raise TrainingDiverged("no finite evaluation was ever reached: nothing to publish")
+    model = PrunerModel.from_pretrained(str(best_dir))
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
+    history = {
+        "best_step": state.get("best_step"),
+        "best_metric": cfg.train.best_metric,
+        "history": state.get("history", []),
+    }
+    return publish(model, tokenizer, cfg, dev_records, out, history, precision, machine, quiet)

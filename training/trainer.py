@@ -15,11 +15,10 @@ The state lives beside the published folder, so ``OUT`` can be uploaded to a mod
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import logging
 import math
-import shutil
 import time
 from pathlib import Path
 
@@ -28,36 +27,31 @@ import torch
 import yaml
 from pruner_model.core.memory import fix_mmap_threshold
 from pruner_model.core.precision import machine_info, resolve_precision
-from pruner_model.evaluation.evaluator import dev_metrics
 from pruner_model.evaluation.groups import load_range
-from pruner_model.evaluation.scorer import encode_groups, score_groups
+from pruner_model.evaluation.scorer import encode_groups
 from pruner_model.training.averaging import FILE as AVERAGE_FILE
 from pruner_model.training.averaging import WeightAverage
-from pruner_model.training.checkpoints import check_replicas, recover, save_checkpoint, state_dir_of, swap_in
+from pruner_model.training.batching import build_loader
+from pruner_model.training.checkpoints import check_replicas, recover, save_resumable, state_dir_of
 from pruner_model.training.config import TrainConfig
-from pruner_model.training.data import (
-    Collator,
-    GroupedBatches,
-    LengthGroupedBatches,
-    augment_noise,
-    read_records,
-    tokenize_records,
-    window_lengths,
-)
+from pruner_model.training.data import augment_noise, read_records, tokenize_records
+from pruner_model.training.dev_eval import evaluate_step
 from pruner_model.training.model_setup import build_model, forget_other_precision, param_groups
-from pruner_model.training.publish import TrainingDiverged, publish
+from pruner_model.training.publish import TrainingDiverged, publish_best
+from pruner_model.training.teacher import (
+    TEACHER_FILE,
+    saved_teacher_scores,
+    teacher_fingerprint,
+    teacher_scores,
+)
 from tqdm.auto import tqdm
 
-from pruner_model import PrunerModel
-
 STATE_FILE = "trainer_state.json"
-TEACHER_FILE = "teacher_scores.npz"  # the relevance teacher's scores, beside the resumable state
 
 
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------- training
 class Trainer:
     """One training run into ``output``; :meth:`fit` trains, :meth:`finalize` calibrates and
     publishes. ``model``/``tokenizer`` replace the configured backbone (tests pass a tiny one)."""
@@ -77,42 +71,18 @@ class Trainer:
             "history": [],
         }
 
-    # ------------------------------------------------------------------ setup
-    # over 60 lines: accelerate wants model, data, optimizer and scheduler prepared together, in this order
     def setup(self, resume: bool = False) -> None:
-        """Model, data, loader, optimizer and scheduler, through accelerate; the saved state on
-        ``resume``."""
-        from accelerate import Accelerator
+        """Model, data, loader, optimizer and scheduler, through accelerate (which wants them
+        prepared together, in this order); the saved state on ``resume``."""
         from accelerate.utils import set_seed
-        from transformers import get_scheduler
 
         t = self.cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
         fix_mmap_threshold(t.malloc_mmap_threshold)
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        # auto: bf16 where it is native (GPU with bf16, CPU with AVX-512 BF16 or AMX), else fp32
-        self.precision = resolve_precision(t.mixed_precision, device, purpose="training")
-        self.machine = machine_info(device)
-        mixed = "no" if self.precision == "fp32" else self.precision
-        forget_other_precision(mixed)
-        # no GPU: CPU processes (gloo) when launched as several, e.g. by accelerate launch / torchrun
-        self.accelerator = Accelerator(
-            mixed_precision=mixed,
-            gradient_accumulation_steps=t.grad_accum,
-            cpu=device == "cpu",
-        )
+        self._start_accelerator()
         set_seed(t.seed)
-        for folder in (self.state_dir, self.best_dir):
-            recover(folder)
-        if resume and not (self.state_dir / STATE_FILE).is_file():
-            raise FileNotFoundError(f"nothing to resume for {self.out} (no {self.state_dir / STATE_FILE})")
-        if not resume and self.state_root.exists():
-            raise FileExistsError(
-                f"{self.out} already has a run ({self.state_root}): pass --resume to continue or choose "
-                "another --output"
-            )
-        self.accelerator.wait_for_everyone()  # every rank checked before rank 0 creates anything
+        self._check_run_folder(resume)
         if self.model is None:
             self.model, self.tokenizer = build_model(self.cfg)
         self.model.encoder_chunks = t.length_chunks
@@ -124,6 +94,48 @@ class Trainer:
         self.loader = self.accelerator.prepare(loader)
         steps_per_epoch = math.ceil(len(self.loader) / t.grad_accum)
         self.total_steps = t.max_steps or max(1, math.ceil(steps_per_epoch * t.epochs))
+        self._prepare_optimizer()
+        self.unwrapped = self.accelerator.unwrap_model(self.model)
+        self.average = WeightAverage(self.unwrapped, t.ema_decay) if t.ema_decay else None
+        if resume:
+            self._load_state()
+        if self.is_main:  # the run folder appears only once the model and data are set up
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
+                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+
+    def _start_accelerator(self) -> None:
+        """The precision (auto: bf16 where it is native, GPU with bf16 or CPU with AVX-512 BF16 or
+        AMX, else fp32) and the accelerator; CPU processes (gloo) when launched as several."""
+        from accelerate import Accelerator
+
+        t = self.cfg.train
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.precision = resolve_precision(t.mixed_precision, device, purpose="training")
+        self.machine = machine_info(device)
+        mixed = "no" if self.precision == "fp32" else self.precision
+        forget_other_precision(mixed)
+        self.accelerator = Accelerator(
+            mixed_precision=mixed, gradient_accumulation_steps=t.grad_accum, cpu=device == "cpu"
+        )
+
+    def _check_run_folder(self, resume: bool) -> None:
+        """A state to resume, or none to overwrite; half-swapped state folders recovered first."""
+        for folder in (self.state_dir, self.best_dir):
+            recover(folder)
+        if resume and not (self.state_dir / STATE_FILE).is_file():
+            raise FileNotFoundError(f"nothing to resume for {self.out} (no {self.state_dir / STATE_FILE})")
+        if not resume and self.state_root.exists():
+            raise FileExistsError(
+                f"{self.out} already has a run ({self.state_root}): pass --resume to continue or choose "
+                "another --output"
+            )
+        self.accelerator.wait_for_everyone()  # every rank checked before rank 0 creates anything
+
+    def _prepare_optimizer(self) -> None:
+        from transformers import get_scheduler
+
+        t = self.cfg.train
         optimizer = torch.optim.AdamW(param_groups(self.model, self.cfg))
         n = self.accelerator.num_processes  # accelerate steps a prepared scheduler once per process
         scheduler = get_scheduler(
@@ -135,26 +147,23 @@ class Trainer:
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(
             self.model, optimizer, scheduler
         )
-        self.unwrapped = self.accelerator.unwrap_model(self.model)
-        self.average = WeightAverage(self.unwrapped, t.ema_decay) if t.ema_decay else None
-        if resume:
-            saved = (self.state_dir / AVERAGE_FILE).is_file()
-            if saved != (self.average is not None):  # the average would be dropped, or is not there
-                raise ValueError(
-                    f"{self.state_dir / AVERAGE_FILE} {'exists' if saved else 'is missing'}: the run was "
-                    f"started with{'' if saved else 'out'} train.ema_decay (resume it with the same setting)"
-                )
-            self.accelerator.load_state(str(self.state_dir))
-            if self.average is not None:
-                self.average.load(self.state_dir)
-            self.state = json.loads((self.state_dir / STATE_FILE).read_text())
-            if not self.quiet:
-                s = self.state
-                logger.info(f"resumed at step {s['step']} (epoch {s['epoch']}, batch {s['batch_in_epoch']})")
-        if self.is_main:  # the run folder appears only once the model and data are set up
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
-                yaml.safe_dump(self.cfg.to_dict(), fh, sort_keys=False)
+
+    def _load_state(self) -> None:
+        """The resumable state: weights, optimizer, scheduler, RNG, the weight average and the
+        data position."""
+        saved = (self.state_dir / AVERAGE_FILE).is_file()
+        if saved != (self.average is not None):  # the average would be dropped, or is not there
+            raise ValueError(
+                f"{self.state_dir / AVERAGE_FILE} {'exists' if saved else 'is missing'}: the run was "
+                f"started with{'' if saved else 'out'} train.ema_decay (resume it with the same setting)"
+            )
+        self.accelerator.load_state(str(self.state_dir))
+        if self.average is not None:
+            self.average.load(self.state_dir)
+        self.state = json.loads((self.state_dir / STATE_FILE).read_text())
+        if not self.quiet:
+            s = self.state
+            logger.info(f"resumed at step {s['step']} (epoch {s['epoch']}, batch {s['batch_in_epoch']})")
 
     @property
     def is_main(self) -> bool:
@@ -177,8 +186,11 @@ class Trainer:
             train_records = augment_noise(train_records, d.noise_augment, d.seed)
         teacher, self.teacher = None, None
         if mc.relevance_distill_weight > 0:
-            fingerprint = self._teacher_fingerprint(train_records)
-            teacher = self._saved_teacher(fingerprint, len(train_records)) if resume else None
+            fingerprint = teacher_fingerprint(self.cfg.model.relevance_teacher, train_records)
+            saved = self.state_dir / TEACHER_FILE
+            teacher = saved_teacher_scores(saved, fingerprint, len(train_records)) if resume else None
+            if teacher is not None and not self.quiet and self.is_main:
+                logger.info(f"relevance teacher: {len(teacher)} passage scores taken from the resumed state")
             if teacher is None:
                 teacher = self._teacher_scores(train_records)
             self.teacher = teacher, fingerprint
@@ -204,80 +216,19 @@ class Trainer:
             logger.info(train_report.line("train"))
             logger.info(dev_report.line("dev") + (f" (eval on {len(self.dev)} groups)" if self.dev else ""))
 
-    def _teacher_fingerprint(self, records: list[dict]) -> str:
-        """What the teacher's scores depend on: the teacher and every record's query and passage."""
-        h = hashlib.sha256(str(self.cfg.model.relevance_teacher).encode())
-        for r in records:
-            h.update(f"\x00{r['query']}\x01{r['context']}".encode())
-        return h.hexdigest()
-
-    def _saved_teacher(self, fingerprint: str, n: int) -> np.ndarray | None:
-        """The teacher's scores saved with the resumed state, when they were computed for exactly
-        these ``n`` records (their ``fingerprint``); else None: they are computed again."""
-        path = self.state_dir / TEACHER_FILE
-        if not path.is_file():
-            return None
-        with np.load(path) as saved:
-            scores, saved_fingerprint = saved["scores"], str(saved["fingerprint"])
-        if len(scores) != n or saved_fingerprint != fingerprint:
-            return None
-        if not self.quiet and self.is_main:
-            logger.info(f"relevance teacher: {n} passage scores taken from the resumed state")
-        return scores.astype(np.float32)
-
     def _teacher_scores(self, records: list[dict]) -> np.ndarray:
-        """The bundled bi-encoder's passage score (best sentence cosine) of every training record:
-        the relevance distillation teacher (``model.relevance_distill_weight``). Launched as several
-        processes, each scores a contiguous share of the records and every process gathers all."""
-        from accelerate.utils import gather_object
-        from pruner_model.core.biencoder import passage_cosines
-        from pruner_model.training.backbones import load_teacher
-
-        t0 = time.perf_counter()
-        mc = self.model.config
-        n, rank = self.accelerator.num_processes, self.accelerator.process_index
-        share = np.array_split(np.arange(len(records)), n)[rank]
-        mine = [records[i] for i in share]
-        teacher = self.cfg.model.relevance_teacher
-        encoder = load_teacher(teacher, precision=self.precision, device=str(self.accelerator.device))
-        scores = passage_cosines(
-            encoder,
-            [r["query"] for r in mine],
-            [r["context"] for r in mine],
-            mc.segmenter_language,
-            mc.segmenter_structure,
+        return teacher_scores(
+            self.accelerator,
+            self.cfg.model.relevance_teacher,
+            self.model.config,
+            self.precision,
+            records,
+            log=not self.quiet and self.is_main,
         )
-        if n > 1:  # every rank's share, in rank order: the records' order
-            scores = np.concatenate(gather_object([scores])).astype(np.float32)
-        if not self.quiet and self.is_main:
-            split = f" (split over {n} processes)" if n > 1 else ""
-            logger.info(
-                f"relevance teacher: the {teacher or 'bundled all-MiniLM-L6-v2'} bi-encoder scored {len(records)} passages "
-                f"in {time.perf_counter() - t0:.0f} s{split}"
-            )
-        return scores
 
     def _build_loader(self):
-        t = self.cfg.train
-        ds = self.train_ds
-        input_names = [n for n in self.tokenizer.model_input_names if n in ds.column_names]
-        lengths = window_lengths(ds)
-        if t.group_batches:
-            sampler = GroupedBatches(lengths, ds.data.column("group").to_numpy(), t.batch_size, t.seed)
-        else:
-            sampler = LengthGroupedBatches(lengths, t.batch_size, t.seed)
-        loader = torch.utils.data.DataLoader(
-            ds,
-            batch_sampler=sampler,
-            collate_fn=Collator(self.tokenizer.pad_token_id or 0, input_names, groups=t.group_batches),
-            num_workers=t.num_workers,
-            # its own generator: creating an iterator draws a seed, which must not shift the global
-            # RNG (dropout) differently in a resumed run than in an uninterrupted one
-            generator=torch.Generator().manual_seed(t.seed),
-        )
-        return loader, sampler
+        return build_loader(self.train_ds, self.tokenizer, self.cfg.train)
 
-    # ------------------------------------------------------------------ one step
     def step(self, batch) -> torch.Tensor:
         """Forward, backward, clip, optimizer and scheduler step (under gradient accumulation)."""
         t = self.cfg.train
@@ -296,71 +247,64 @@ class Trainer:
             self.optimizer.zero_grad()
         return loss
 
-    # ------------------------------------------------------------------ evaluation and state
     def evaluate(self) -> dict | None:
-        """Dev metrics at the current step; a better (finite) ``best_metric`` saves ``best/``.
-        Runs on the main process; the others wait."""
+        """Dev metrics at the current step (:func:`evaluate_step`; of the weight average when one
+        is kept: it is what is judged and kept); a better (finite) ``best_metric`` saves
+        ``best/``. Runs on the main process; the others wait."""
         if self.dev is None:
             return None
-        if not self.is_main:
-            self.accelerator.wait_for_everyone()
-            return None
         try:
-            return self._evaluate()
+            if not self.is_main:
+                return None
+            averaged = self.average is not None
+            with self.average.swapped_in(self.unwrapped) if averaged else contextlib.nullcontext():
+                return evaluate_step(
+                    self.unwrapped,
+                    self.tokenizer,
+                    self.dev,
+                    self.precision,
+                    self.cfg,
+                    self.state,
+                    self.best_dir,
+                    averaged=averaged,
+                    log=not self.quiet,
+                )
         finally:
             self.accelerator.wait_for_everyone()
 
-    def _evaluate(self) -> dict:
-        if self.average is None:
-            return self._evaluate_weights()
-        with self.average.swapped_in(self.unwrapped):  # the average is what is judged and kept
-            return self._evaluate_weights()
-
-    def _evaluate_weights(self) -> dict:
-        t, mc, state = self.cfg.train, self.unwrapped.config, self.state
-        scored = score_groups(self.unwrapped, self.dev, self.tokenizer, self.precision)
-        m = dev_metrics(scored.groups, scored.token_auc, mc.threshold, self.cfg.calibration.target_evidence)
-        m["step"] = state["step"]
-        # a resumed finished run evaluates its last step again: replace, do not repeat, that entry
-        state["history"] = [h for h in state["history"] if h.get("step") != state["step"]] + [m]
-        value = m.get(t.best_metric, float("nan"))
-        better = math.isfinite(value) and (state["best"] is None or value > state["best"])
-        if better:
-            state["best"], state["best_step"] = value, state["step"]
-            save_checkpoint(self.unwrapped, self.tokenizer, self.best_dir)
-        if not self.quiet:
-            which = " (weight average)" if self.average is not None else ""
-            logger.info(
-                f"step {state['step']}{which}: dev token AUC {scored.token_auc:.4f}, {t.best_metric} {value:.4f}, "
-                f"evidence {m['evidence_preserved']:.3f} / compression {m['compression']:.3f} at "
-                f"threshold {mc.threshold:.2f}" + (" (best)" if better else "")
-            )
-        return m
-
     def save_state(self) -> None:
-        """Resumable state, swapped in whole: a crash while saving leaves the previous one.
-        Every process saves its part (its RNG state); the main one writes the step and swaps."""
-        tmp = self.state_dir.with_name(self.state_dir.name + ".tmp")
-        if self.is_main and tmp.exists():
-            shutil.rmtree(tmp)
-        self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(tmp))
-        self.accelerator.wait_for_everyone()
-        if self.is_main:
-            if self.average is not None:
-                self.average.save(tmp)
-            if self.teacher is not None:
-                np.savez(tmp / TEACHER_FILE, scores=self.teacher[0], fingerprint=np.array(self.teacher[1]))
-            (tmp / STATE_FILE).write_text(json.dumps(self.state))
-            swap_in(tmp, self.state_dir)
-        self.accelerator.wait_for_everyone()
+        """Resumable state, swapped in whole (:func:`save_resumable`): the trainer's counters, the
+        weight average and the teacher's scores beside accelerate's own state."""
 
-    # ------------------------------------------------------------------ the loop
-    # over 60 lines: the loop's step, logging, evaluation, checkpoint and interruption handling share its counters
+        def extras(folder: Path) -> None:
+            if self.average is not None:
+                self.average.save(folder)
+            if self.teacher is not None:
+                np.savez(folder / TEACHER_FILE, scores=self.teacher[0], fingerprint=np.array(self.teacher[1]))
+            (folder / STATE_FILE).write_text(json.dumps(self.state))
+
+        save_resumable(self.accelerator, self.state_dir, extras)
+
+    def _after_step(self, bar, loss, rate: float) -> None:
+        """One optimizer step done: the weight average, the progress bar (loss, windows a second,
+        learning rate), and evaluation and the resumable state when they are due."""
+        t, state = self.cfg.train, self.state
+        state["step"] += 1
+        if self.average is not None:
+            self.average.update(self.unwrapped)
+        bar.update(1)
+        if state["step"] % t.log_every == 0 or state["step"] == self.total_steps:
+            lr = self.scheduler.get_last_lr()[0]
+            bar.set_postfix(loss=f"{loss.item():.4f}", win_s=f"{rate:.1f}", lr=f"{lr:.2e}")
+        if t.eval_every and state["step"] % t.eval_every == 0 and state["step"] < self.total_steps:
+            self.evaluate()
+        if t.save_every and state["step"] % t.save_every == 0:
+            self.save_state()
+
     def fit(self, stop_after: int | None = None) -> bool:
         """Train to ``total_steps``; returns False when stopped early (Ctrl-C or ``stop_after``)
         with the resumable state saved."""
-        t, state = self.cfg.train, self.state
+        state = self.state
         self.model.train()
         bar = tqdm(
             total=self.total_steps,
@@ -383,22 +327,7 @@ class Trainer:
                     seen += batch["input_ids"].shape[0]
                     if not self.accelerator.sync_gradients:
                         continue
-                    state["step"] += 1
-                    if self.average is not None:
-                        self.average.update(self.unwrapped)
-                    bar.update(1)
-                    if state["step"] % t.log_every == 0 or state["step"] == self.total_steps:
-                        rate = seen / max(time.perf_counter() - t_start, 1e-9)
-                        lr = self.scheduler.get_last_lr()[0]
-                        bar.set_postfix(loss=f"{loss.item():.4f}", win_s=f"{rate:.1f}", lr=f"{lr:.2e}")
-                    if (
-                        t.eval_every
-                        and state["step"] % t.eval_every == 0
-                        and state["step"] < self.total_steps
-                    ):
-                        self.evaluate()
-                    if t.save_every and state["step"] % t.save_every == 0:
-                        self.save_state()
+                    self._after_step(bar, loss, seen / max(time.perf_counter() - t_start, 1e-9))
                     if state["step"] >= self.total_steps:
                         break
                     if stop_after is not None and state["step"] >= stop_after:
@@ -426,26 +355,16 @@ class Trainer:
             logger.info(f"weights identical on {self.accelerator.num_processes} processes (sha256 {digest})")
         return True
 
-    # ------------------------------------------------------------------ publish
     def finalize(self) -> dict:
         """Load the best checkpoint, calibrate its operating point, report on held-out groups,
         and publish it (weights, tokenizer, model card, metrics) into ``output``."""
-        if not self.best_dir.is_dir():
-            raise TrainingDiverged("no finite evaluation was ever reached: nothing to publish")
-        model = PrunerModel.from_pretrained(str(self.best_dir))
-        model.to("cuda" if torch.cuda.is_available() else "cpu")
-        history = {
-            "best_step": self.state.get("best_step"),
-            "best_metric": self.cfg.train.best_metric,
-            "history": self.state.get("history", []),
-        }
-        return publish(
-            model,
+        return publish_best(
+            self.best_dir,
             self.tokenizer,
             self.cfg,
             self.dev_records,
             self.out,
-            history,
+            self.state,
             self.precision,
             self.machine,
             self.quiet,

@@ -34,6 +34,14 @@ def _annotate_parser() -> argparse.ArgumentParser:
         metavar="K/N",
         help="label only shard K of N (a stable hash of the group ids); give each shard its own --output",
     )
+    _add_batch_arguments(p)
+    _add_request_arguments(p)
+    p.add_argument("--compare-gold", default=None, metavar="GOLD.jsonl", help="gold labeled records")
+    return p
+
+
+def _add_batch_arguments(p: argparse.ArgumentParser) -> None:
+    """The Batch API path (``--batch-api``)."""
     p.add_argument(
         "--batch-api",
         action="store_true",
@@ -53,6 +61,10 @@ def _annotate_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --batch-api: submit (or check) the batch and return; run again later to ingest it",
     )
+
+
+def _add_request_arguments(p: argparse.ArgumentParser) -> None:
+    """How online requests are sent, retried, bounded and priced."""
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--max-retries", type=int, default=5)
@@ -70,8 +82,6 @@ def _annotate_parser() -> argparse.ArgumentParser:
     p.add_argument("--structured", choices=["auto", "json_schema", "json_object", "none"], default="auto")
     p.add_argument("--price-prompt", type=float, default=0.0, help="USD per million prompt tokens")
     p.add_argument("--price-completion", type=float, default=0.0, help="USD per million completion tokens")
-    p.add_argument("--compare-gold", default=None, metavar="GOLD.jsonl", help="gold labeled records")
-    return p
 
 
 def annotate_main(argv: list[str] | None = None) -> int:

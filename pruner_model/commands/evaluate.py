@@ -64,6 +64,12 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         "answer) and how the relevance head ranks gold passages; writes sources.json and sources.md",
     )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
+    _add_model_arguments(p)
+    return p
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """How the model runs, and where the recommended threshold is stored."""
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
     p.add_argument("--quantized", action="store_true", help="use model.int8.onnx of an ONNX folder")
     add_precision_argument(p)
@@ -77,7 +83,6 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         "checkpoint's threshold stays; prune(..., operating_point=NAME) uses it): a threshold for "
         "text like these records",
     )
-    return p
 
 
 def evaluate_main(argv: list[str] | None = None) -> int:

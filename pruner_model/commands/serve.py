@@ -132,10 +132,8 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def serve_main(argv: list[str] | None = None) -> int:
-    import os
-
-    args = _serve_parser().parse_args(argv)
+def _check_numbers(args) -> None:
+    """The port, batching and limit flags in range, before anything loads."""
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1-65535, got {args.port}")
     if args.max_batch < 1 or not args.max_wait_ms >= 0:
@@ -146,6 +144,13 @@ def serve_main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{flag} must be {'>= 1' if kind is int else '> 0'}, got {value}")
     if args.malloc_mmap_threshold < 0:
         raise ValueError(f"--malloc-mmap-threshold must be >= 0, got {args.malloc_mmap_threshold}")
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    import os
+
+    args = _serve_parser().parse_args(argv)
+    _check_numbers(args)
     api_key = _api_key(args.api_key_env, os.environ)  # before the model loads: a missing key stops at once
     from pruner_model.core.memory import fix_mmap_threshold
 

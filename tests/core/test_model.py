@@ -69,7 +69,7 @@ def test_config_validates():
 
 
 def test_sentence_ranking_loss_values_and_direction():
-    from pruner_model.core.modeling import sentence_ranking_loss
+    from pruner_model.core.losses import sentence_ranking_loss
 
     # one window: sentence 0 relevant (mean logit 2), sentences 1 and 2 not (0 and -1); -1 = off context
     z = torch.tensor([[5.0, 2.0, 2.0, 0.0, -1.0, -1.0]], requires_grad=True)
@@ -87,7 +87,7 @@ def test_sentence_ranking_loss_values_and_direction():
 
 
 def test_sentence_ranking_loss_pools_negatives_of_a_group():
-    from pruner_model.core.modeling import sentence_ranking_loss
+    from pruner_model.core.losses import sentence_ranking_loss
 
     # row 0: the answer passage (sentence 0 relevant, logit 2; sentence 1 at -1); row 1: a
     # distractor passage of the same query (a sentence at 3); row 2: another query's passage
@@ -109,7 +109,7 @@ def test_sentence_ranking_loss_pools_negatives_of_a_group():
 
 
 def test_batch_ranking_scope_ranks_answers_against_other_queries_sentences(tiny_model):
-    from pruner_model.core.modeling import sentence_ranking_loss
+    from pruner_model.core.losses import sentence_ranking_loss
 
     # row 0: query A's answer passage; row 1: a passage of query B scored high for B
     z = torch.tensor([[2.0, 2.0, -1.0], [3.0, 3.0, -5.0]])
@@ -134,12 +134,14 @@ def test_batch_ranking_scope_ranks_answers_against_other_queries_sentences(tiny_
 def test_doctests_of_the_core_modules():
     import doctest
 
+    import pruner_model.core.losses
     import pruner_model.core.modeling
     import pruner_model.core.score_rules
     import pruner_model.core.segmentation
     import pruner_model.evaluation.statistics
 
     for mod in (
+        pruner_model.core.losses,
         pruner_model.core.modeling,
         pruner_model.core.score_rules,
         pruner_model.evaluation.statistics,
@@ -201,7 +203,7 @@ def test_mean_pooled_relevance_ignores_padding():
 
 
 def test_relevance_distillation_orders_a_query_groups_distractors_as_the_teacher_does(tiny_model):
-    from pruner_model.core.modeling import relevance_distillation_loss
+    from pruner_model.core.losses import relevance_distillation_loss
 
     teacher = torch.tensor([9.0, 3.0, 0.0, -3.0, 1.0, 0.0])
     groups = torch.tensor([0, 0, 0, 0, 1, 1])

@@ -52,7 +52,9 @@ def test_a_source_with_few_calibration_queries_gets_no_named_point():
         assert np.mean(kept) >= 0.95
     # the one threshold keeps the target on every slice with evidence, labelled as reports name them
     assert set(result.slice_thresholds) == {"as_is", "source:big", "source:small", "source:blogs"}
-    assert result.threshold == pytest.approx(min(result.slice_thresholds[k] for k in ("as_is", "source:big", "source:small")))
+    assert result.threshold == pytest.approx(
+        min(result.slice_thresholds[k] for k in ("as_is", "source:big", "source:small"))
+    )
 
 
 def test_the_result_is_frozen_and_a_full_calibration_replaces_every_calibrated_field():
@@ -69,7 +71,9 @@ def test_the_result_is_frozen_and_a_full_calibration_replaces_every_calibrated_f
     result.write(cfg)
     assert cfg.threshold == result.threshold and cfg.target_evidence == 0.9
     # one slice names no point and sets no summary or uncertainty threshold: the old ones go
-    assert cfg.operating_points is None and cfg.summary_threshold is None and cfg.uncertainty_threshold is None
+    assert (
+        cfg.operating_points is None and cfg.summary_threshold is None and cfg.uncertainty_threshold is None
+    )
 
 
 def test_partial_writes_touch_only_what_they_calibrated():

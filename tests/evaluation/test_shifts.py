@@ -86,7 +86,7 @@ def test_slices_are_what_they_say():
             assert r["meta"]["role"] == ("gold" if r["relevant_spans"] else r["meta"]["role"])
             assert r["meta"]["role"] in {"gold", "mined", "random"}
         assert sum(r["meta"]["role"] == "gold" for r in rs) <= 1
-    from pruner_model.evaluation.retrieval import TfidfIndex
+    from pruner_model.core.retrieval import TfidfIndex
 
     index = TfidfIndex(
         ["the tower of paris", "the tower of london", "bananas are yellow", "paris tower tall"]

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from pruner_model.core.records import RecordError
 from pruner_model.evaluation.shifts import low_overlap_groups
+from pruner_model.training.batching import GroupedBatches, LengthGroupedBatches
 from pruner_model.training.config import ConfigError, load_config
-from pruner_model.training.data import GroupedBatches, LengthGroupedBatches, read_records, tokenize_records
+from pruner_model.training.data import read_records, tokenize_records
 
 from pruner_model import IGNORE_INDEX
 from tests.training.helpers import make_records
@@ -122,7 +123,7 @@ def test_passage_only_records_train_the_relevance_head_alone(bert_tokenizer):
 
 def test_teacher_scores_reach_every_window_of_their_record_and_the_batch(bert_tokenizer):
     import torch
-    from pruner_model.training.data import Collator
+    from pruner_model.training.batching import Collator
 
     long = " ".join(f"Filler sentence number {i}." for i in range(40))
     recs = [
