@@ -50,7 +50,7 @@ def chunk_bounds(document: str, max_words: int) -> list[tuple[int, int]]:
         return [(0, len(document))] if document.strip() else []
     out, start, count, prev_end = [], units[0].start, 0, units[0].end
     for u in units:
-        n = len(document[u.start : u.end].split())
+        n = len(u.text_of(document).split())
         if count and count + n > max_words:
             out.append((start, prev_end))
             start, count = u.start, 0

@@ -80,7 +80,7 @@ def build_messages(query: str, passages: list[PromptPassage], nonce: str) -> lis
         if p.title:
             lines.append(f"(title) {_clean(p.title)}")
         for k, u in enumerate(p.units, 1):
-            lines.append(f"[{k}] {_clean(p.text[u.start : u.end])}")
+            lines.append(f"[{k}] {_clean(u.text_of(p.text))}")
         if not p.units:
             lines.append("(empty passage)")
         lines.append(f"{fence} END PASSAGE {p.alias}")

@@ -201,7 +201,7 @@ def evidence_sentences(
     q = content_words(query)
 
     def overlap(u) -> int:
-        return len(q & content_words(doc[u.start : u.end]))
+        return len(q & content_words(u.text_of(doc)))
 
     holding = [u for u in units if any(u.start < e and s < u.end for s, e in hits)]
     if not holding:

@@ -106,7 +106,7 @@ def passage_cosines(
     from pruner_model.core.segmentation import segment
 
     units = [
-        [t for u in segment(c, language, structure) if (t := c[u.start : u.end]).strip()] for c in contexts
+        [t for u in segment(c, language, structure) if (t := u.text_of(c)).strip()] for c in contexts
     ]
     cos = encoder.sentence_cosines(queries, units)
     return np.array([float(c.max()) if len(c) else -1.0 for c in cos], dtype=np.float32)

@@ -45,7 +45,7 @@ def lexical_scores(g: LabeledGroup) -> list[np.ndarray]:
     for p, us in zip(g.passages, g.units):
         sc = []
         for u in us:
-            s = content_words(p["text"][u.start : u.end])
+            s = content_words(u.text_of(p["text"]))
             inter = len(q & s)
             sc.append(0.7 * inter / len(q) + 0.3 * inter / len(s) if q and s else 0.0)
         out.append(np.array(sc))
@@ -98,7 +98,7 @@ def biencoder_scores(groups: list[LabeledGroup], progress=None, batch_size: int 
     enc = BiEncoder(batch_size=batch_size)
     out = []
     for g in groups:
-        texts = [p["text"][u.start : u.end] for p, us in zip(g.passages, g.units) for u in us]
+        texts = [u.text_of(p["text"]) for p, us in zip(g.passages, g.units) for u in us]
         cos = (enc.sentence_cosines([g.query], [texts])[0] + 1) / 2
         sizes = np.cumsum([len(us) for us in g.units])[:-1]
         out.append(list(np.split(cos, sizes)))

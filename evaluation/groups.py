@@ -94,7 +94,7 @@ def load_groups(
             )
             units.append(us)
             labels.append(unit_labels(us, r["relevant_spans"]))
-            wcount.append(np.array([len(words(text[u.start : u.end])) for u in us], dtype=np.int64))
+            wcount.append(np.array([len(words(u.text_of(text))) for u in us], dtype=np.int64))
         out.append(LabeledGroup(gid, recs[0]["query"], passages, units, labels, wcount))
     return out
 

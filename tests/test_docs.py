@@ -41,7 +41,7 @@ def test_serving_docs_commands_run_from_any_folder(tiny_checkpoint, tmp_path):
     import shutil
     import subprocess
 
-    from tests.inference.test_reliability import free_port
+    from tests.serving.test_reliability import free_port
 
     shutil.copytree(tiny_checkpoint, tmp_path / "runs" / "quickstart")
     text = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from pruner_model.core.records import writing_marker
 
 from pruner_model.cli import main
 from tests.fake_openai import FakeOpenAI
-from tests.inference.test_reliability import Served
+from tests.serving.test_reliability import Served
 
 pytestmark = pytest.mark.slow
 GOOD = {"query": "When was the tower built?", "passages": ["The tower was built in 1889. It is iron."]}

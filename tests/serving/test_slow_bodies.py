@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.inference.test_reliability import Served
+from tests.serving.test_reliability import Served
 
 pytestmark = pytest.mark.slow
 GOOD = {"query": "When was the tower built?", "passages": ["The tower was built in 1889. It is iron."]}

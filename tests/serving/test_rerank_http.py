@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from pruner_model.inference import ContextPruner
 from pruner_model.serving.app import create_app
 
-from tests.inference.test_reliability import Served
+from tests.serving.test_reliability import Served
 
 pytestmark = pytest.mark.slow
 QUERY = "When was the tower built?"

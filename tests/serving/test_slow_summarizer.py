@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.fake_openai import FakeOpenAI
-from tests.inference.test_reliability import Served
+from tests.serving.test_reliability import Served
 
 pytestmark = pytest.mark.slow
 GOOD = {
