@@ -85,12 +85,19 @@ def main() -> int:
     heads = [n for n in nodes if "_head/" in n]
     k = getattr(cfg.encoder_config, "num_hidden_layers", 1) - 1  # the last encoder layer's nodes
     last = [n for n in nodes if f"layer.{k}/" in n or n == f"Attention_{k}"]
+    first = [n for n in nodes if "layer.0/" in n or n == "Attention_0"]
+    attention = [n for n in nodes if n.startswith("Attention_") or "/attention/" in n]
+    ffn_out = [n for n in nodes if "/output/dense/" in n and "attention" not in n]  # each layer's FFN down-projection
     variants = {  # name (also the scratch folder's) -> quantize_int8 arguments
         "plain": {"per_channel": False},
         "per_channel": {},
         "reduce_range": {"per_channel": False, "reduce_range": True},
         "per_channel_heads_fp32": {"nodes_to_exclude": heads},
         "last_layer_heads_fp32": {"per_channel": False, "nodes_to_exclude": last + heads},
+        "per_channel_last_layer_heads_fp32": {"nodes_to_exclude": last + heads},
+        "per_channel_first_last_heads_fp32": {"nodes_to_exclude": first + last + heads},
+        "per_channel_ffn_out_heads_fp32": {"nodes_to_exclude": ffn_out + heads},
+        "per_channel_attention_heads_fp32": {"nodes_to_exclude": attention + heads},
         # static: activation ranges calibrated on dev windows, QDQ nodes around the MatMuls
         "static_qdq_per_channel": {"static": True},
     }

@@ -153,6 +153,26 @@ def _check_output(output_dir: Path) -> None:
         )
 
 
+def _trace(model, input_names: list[str], args: tuple, onnx_path: Path, opset: int) -> None:
+    """The graph (TorchScript exporter) with dynamic batch and sequence axes."""
+    import torch
+
+    dyn = {n: {0: "batch", 1: "sequence"} for n in input_names}
+    dyn.update(token_logits={0: "batch", 1: "sequence"}, relevance_logits={0: "batch"})
+    with torch.no_grad():
+        torch.onnx.export(
+            _wrapper(model, input_names),
+            args,
+            str(onnx_path),
+            input_names=input_names,
+            output_names=["token_logits", "relevance_logits"],
+            dynamic_axes=dyn,
+            opset_version=opset,
+            dynamo=False,
+            do_constant_folding=True,
+        )
+
+
 def _swap_in(staging: Path, output_dir: Path) -> None:
     """Replace ``output_dir`` (if any) by ``staging`` with two renames on one file system."""
     old = None
@@ -165,7 +185,6 @@ def _swap_in(staging: Path, output_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-# over 60 lines: export, fuse, save, quantize, validate: one linear sequence of the export's steps
 def _export_into(
     model_dir: Path,
     output_dir: Path,
@@ -191,21 +210,8 @@ def _export_into(
     batch = sample_inputs(tokenizer, model.config)
     args = tuple(torch.from_numpy(batch[n]) for n in input_names)
     onnx_path = output_dir / "model.onnx"
-    dyn = {n: {0: "batch", 1: "sequence"} for n in input_names}
-    dyn.update(token_logits={0: "batch", 1: "sequence"}, relevance_logits={0: "batch"})
     report: dict = {"opset": opset, "inputs": input_names, "files": ["model.onnx"]}
-    with torch.no_grad():
-        torch.onnx.export(
-            _wrapper(model, input_names),
-            args,
-            str(onnx_path),
-            input_names=input_names,
-            output_names=["token_logits", "relevance_logits"],
-            dynamic_axes=dyn,
-            opset_version=opset,
-            dynamo=False,
-            do_constant_folding=True,
-        )
+    _trace(model, input_names, args, onnx_path, opset)
     report.update(fuse_graph(onnx_path, model.config.encoder_config) if fuse else {"fused": False})
     model.config.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
@@ -224,5 +230,7 @@ def _export_into(
         # an int8 file that failed its check is not left where a server would load it
         (output_dir / "model.int8.onnx").unlink(missing_ok=True)
         report["files"].remove("model.int8.onnx")
+    if not validate:  # said in the report, so that a served unchecked int8 file can be told apart
+        report["validated"] = False
     write_json(output_dir / "export_report.json", report)
     return report

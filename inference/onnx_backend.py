@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+def _unchecked(path: Path) -> bool:
+    """The export report says the folder was not validated (``pruner export --no-validate``)."""
+    try:
+        return json.loads((path / "export_report.json").read_text(encoding="utf-8")).get("validated") is False
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def default_providers(device: str | None = None) -> list[str]:
@@ -67,6 +79,10 @@ class OnnxBackend:
         if not file.is_file():
             raise FileNotFoundError(
                 f"no {file.name} in {path} (run 'pruner export'{' --quantize int8' if quantized else ''})"
+            )
+        if quantized and _unchecked(path):
+            logger.warning(
+                f"{file} was written with --no-validate: its decisions were never compared with fp32's"
             )
         return cls(file, providers=providers, threads=threads, device=device)
 

@@ -60,6 +60,17 @@ def export_main(argv: list[str] | None = None) -> int:
         validate=not args.no_validate,
         fuse=not args.no_fuse,
     )
+    if args.no_validate:
+        print(
+            "warning: --no-validate: the export was not compared with torch"
+            + (
+                " and the int8 file is unchecked (its decisions may differ from fp32's)"
+                if args.quantize
+                else ""
+            )
+            + "; export_report.json says so",
+            file=sys.stderr,
+        )
     if "fp32_max_abs_diff" in report:
         line = f"fp32 max |Δp| vs torch {report['fp32_max_abs_diff']:.2e} (tolerance {report['fp32_tolerance']:.0e})"
         if "int8_agreement" in report:
