@@ -119,7 +119,7 @@ def main() -> int:
             if kw.get("static"):
                 quantize_static_qdq(d / "model.onnx", d / "model.int8.onnx", calibration_batches)
             else:
-                quantize_int8(d / "model.onnx", d / "model.int8.onnx", **kw)
+                quantize_int8(d / "model.onnx", d / "model.int8.onnx", **{"keep_sensitive": False, **kw})
         except Exception as exc:  # a variant onnxruntime cannot build is reported, not fatal
             print(
                 json.dumps({"variant": name, "failed": f"{type(exc).__name__}: {str(exc)[:200]}"}), flush=True

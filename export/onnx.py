@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from pruner_model.core.records import atomic_path, current_umask
-from pruner_model.export.quantize import calibrate_int8, quantize_int8
+from pruner_model.export.quantize import calibrate_int8, quantize_int8, sensitive_nodes
 from pruner_model.export.validate import FP32_TOLERANCE, sample_inputs, validate_export
 
 # encoder families whose attention/LayerNorm/GELU subgraphs onnxruntime's transformer optimizer
@@ -219,6 +219,7 @@ def _export_into(
         quantize_int8(onnx_path, output_dir / "model.int8.onnx")
         report["files"].append("model.int8.onnx")
         report["int8_per_channel"] = True
+        report["int8_fp32_nodes"] = sensitive_nodes(onnx_path)
     if validate:
         with_agreement = quantize == "int8" and calibration_records is None
         report.update(validate_export(model, tokenizer, output_dir, with_agreement))

@@ -10,16 +10,39 @@ INT8_MAX_EVIDENCE_LOSS = 0.005  # int8 at its own threshold vs fp32 at the check
 INT8_MAX_COMPRESSION_LOSS = 0.01
 
 
-def quantize_int8(fp32_path: Path, int8_path: Path, per_channel: bool = True, **options) -> None:
+def sensitive_nodes(fp32_path: Path) -> list[str]:
+    """The MatMuls int8 would hurt most, kept in fp32: each layer's feed-forward output projection
+    (its input, the GELU output, has the outlier channels a per-tensor activation scale cannot
+    hold) and the two heads (the scores thresholds compare). Found by name in the exported graph
+    (BERT-like encoders: ``layer.N/output/dense``); none when the names do not match."""
+    import onnx
+
+    graph = onnx.load(str(fp32_path), load_external_data=False).graph
+    names = [
+        n.name
+        for n in graph.node
+        if n.op_type in ("MatMul", "Gemm")
+        and ("_head/" in n.name or ("/output/dense/" in n.name and "/attention/" not in n.name))
+    ]
+    # the quantizer first splits a Gemm into "<name>_MatMul" + Add: that MatMul stays fp32 too
+    return names + [f"{n.name}_MatMul" for n in graph.node if n.op_type == "Gemm" and n.name in names]
+
+
+def quantize_int8(
+    fp32_path: Path, int8_path: Path, per_channel: bool = True, keep_sensitive: bool = True, **options
+) -> None:
     """Dynamic int8 quantization of an exported graph (int8 weights, activations quantized at run
     time); ``options`` go to ``onnxruntime.quantization.quantize_dynamic`` (``nodes_to_exclude``, ...).
 
-    ``per_channel``: one weight scale per output channel, which keeps int8's keep/drop decisions
-    closer to fp32's where a ranking-trained model decides at small probabilities, at about the
-    same speed (measured with ``experiments/int8_variants.py``: docs/experiments/results-log.md)."""
+    ``per_channel``: one weight scale per output channel. ``keep_sensitive``: the nodes of
+    :func:`sensitive_nodes` stay in fp32. Both keep int8's keep/drop decisions close to fp32's
+    where a ranking-trained model decides at small probabilities (measured with
+    ``experiments/int8_variants.py``: docs/experiments/results-log.md)."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    if keep_sensitive:
+        options["nodes_to_exclude"] = [*options.get("nodes_to_exclude", ()), *sensitive_nodes(fp32_path)]
     quantize_dynamic(
         str(fp32_path),
         str(int8_path),

@@ -9,24 +9,17 @@ from pathlib import Path
 
 import numpy as np
 from pruner_model.core.scoring import pad_rows, pad_value
+from pruner_model.inference.agreement import (
+    MIN_AGREEMENT,
+    VALIDATION_PASSAGES,
+    VALIDATION_QUERIES,
+    keep_decisions,
+)
+
+__all__ = ["VALIDATION_PASSAGES", "VALIDATION_QUERIES", "keep_decisions", "sample_inputs", "validate_export"]
 
 FP32_TOLERANCE = 1e-4  # max |p_onnx - p_torch| over token probabilities
-INT8_MIN_AGREEMENT = 0.98  # share of sentences with the same keep/drop decision as fp32
-
-VALIDATION_QUERIES = [
-    "When was the tower built?",
-    "Who designed the statue's metal framework?",
-    "How many visitors did the museum have?",
-    "What is the river's name?",
-]
-VALIDATION_PASSAGES = [
-    "The Eiffel Tower is a wrought-iron lattice tower in Paris. It was built from 1887 to 1889 by the "
-    "company of Gustave Eiffel. It was the centrepiece of the 1889 World's Fair.",
-    "The Statue of Liberty stands on Liberty Island. Its metal framework was built by Gustave Eiffel. "
-    "It was dedicated in 1886.",
-    "The Louvre had 8.7 million visitors in 2023. It is located on the Right Bank of the Seine.",
-    "Berlin lies on the banks of the Spree. The river flows into the Havel. " * 12,
-]
+INT8_MIN_AGREEMENT = MIN_AGREEMENT  # share of sentences with the same keep/drop decision as fp32
 
 
 def sample_inputs(tokenizer, config, queries=None, passages=None) -> dict[str, np.ndarray]:
@@ -38,14 +31,6 @@ def sample_inputs(tokenizer, config, queries=None, passages=None) -> dict[str, n
     w = encode_pairs(tokenizer, queries, passages, config.max_length, config.stride, config.max_query_length)
     pad = tokenizer.pad_token_id or 0
     return {name: pad_rows(rows, pad_value(name, pad)) for name, rows in w.features.items()}
-
-
-def keep_decisions(pruner, items) -> np.ndarray:
-    """Keep/drop decision of every sentence of ``pruner.prune_batch(items)``, in order (no dedup)."""
-    return np.array(
-        [s.kept for r in pruner.prune_batch(items, dedup=False) for p in r.passages for s in p.sentences],
-        dtype=bool,
-    )
 
 
 def validate_export(model, tokenizer, output_dir: Path, with_int8: bool) -> dict:

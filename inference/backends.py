@@ -44,6 +44,11 @@ class TorchBackend:
         self.dtype = autocast_dtype(self.precision)
         self.input_names = ["input_ids", "attention_mask", "token_type_ids"]
 
+    def set_precision(self, precision: str) -> None:
+        """Run in ``precision`` from the next batch on (``"fp32"``, or ``"bf16"`` where native)."""
+        self.precision = resolve_precision(precision, self.device, purpose="inference")
+        self.dtype = autocast_dtype(self.precision)
+
     @classmethod
     def from_pretrained(
         cls,

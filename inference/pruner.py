@@ -14,6 +14,7 @@ from pruner_model.core.configuration import PrunerConfig, check_fits
 from pruner_model.core.request_features import request_features
 from pruner_model.core.scoring import PairScores, score_pairs
 from pruner_model.core.threshold_model import ThresholdModel
+from pruner_model.inference.agreement import choose_precision
 from pruner_model.inference.assembly import flat_units, passage_result, prune_stats, weighted_pairs
 from pruner_model.inference.backends import Backend, TorchBackend
 from pruner_model.inference.budget import token_counter
@@ -66,6 +67,8 @@ class ContextPruner:
         self.batch_size = batch_size
         self.progress_above: int | None = None  # show a bar when one call scores more windows
         self.source: str | None = None  # the folder or hub id it was loaded from, if any
+        # keep/drop agreement of bf16 with fp32 when from_pretrained chose the precision (None: not tried)
+        self.precision_agreement: float | None = None
 
     @property
     def precision(self) -> str:
@@ -96,8 +99,11 @@ class ContextPruner:
             show_progress_bar: show transformers' weight-loading bar (off: loading prints nothing).
             summarizer: a :class:`~pruner_model.inference.summarize.Summarizer` (e.g.
                 ``OpenAISummarizer``) for ``prune(..., summarize=True)``.
-            **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype="auto"`` (torch: bf16
-                where it is native, else fp32; or ``"bf16"``, ``"fp32"``), ...
+            **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype`` (torch: ``"fp32"``,
+                ``"bf16"``, ``"auto"`` = bf16 where it is native). Without ``dtype`` a torch
+                checkpoint runs in bf16 where the device has it natively and its keep/drop
+                decisions on fixed validation sentences agree with fp32's (>= 0.98), else in fp32
+                (``precision`` and ``precision_agreement`` say which).
 
         Raises:
             FileNotFoundError: no checkpoint there.
@@ -108,9 +114,12 @@ class ContextPruner:
         config = load_config(path)
         tokenizer = load_tokenizer(path)
         check_fits(config, tokenizer, str(path))
+        checked = "dtype" not in backend_kwargs  # no precision asked for: the fastest that agrees
         impl = load_backend(path, config, backend, device, show_progress_bar, **backend_kwargs)
         pruner = cls(impl, tokenizer, config, batch_size=batch_size, summarizer=summarizer)
         pruner.source = str(path)
+        if checked:
+            pruner.precision_agreement = choose_precision(pruner)[1]
         return pruner
 
     @classmethod

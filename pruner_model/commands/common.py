@@ -53,28 +53,44 @@ def add_precision_argument(p: argparse.ArgumentParser) -> None:
         choices=["auto", "fp32", "bf16", "fp16"],
         default=None,
         help="torch backend: the encoder's precision. auto = bf16 where it is native (a GPU with bf16, "
-        "a CPU with AVX-512 BF16 or AMX), else fp32; default fp32. bf16 is refused on a CPU without "
+        "a CPU with AVX-512 BF16 or AMX), else fp32; default: bf16 where it is native and its keep/drop "
+        "decisions agree with fp32's on fixed validation sentences, else fp32. bf16 is refused on a CPU without "
         "native bf16 (emulated, tens of times slower), fp16 on any CPU",
     )
 
 
-def load_pruner(model_dir: Path, args, **kwargs):
+def load_pruner(model_dir: Path, args, say: bool = True, **kwargs):
     """``ContextPruner.from_pretrained`` with the CLI's backend and ``--dtype``; says on stderr
-    what ``--dtype`` resolved to on this machine."""
-    from pruner_model.core.precision import machine_info
+    what ``--dtype`` resolved to on this machine, or which precision was chosen without it
+    (``say=False``: the caller says it, e.g. once the model passed its self-check)."""
     from pruner_model.inference.pruner import ContextPruner
 
     dtype = getattr(args, "dtype", None)
     extra = {"dtype": dtype} if dtype else {}
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, **kwargs, **extra)
+    if say:
+        say_precision(pruner, dtype)
+    return pruner
+
+
+def say_precision(pruner, dtype: str | None) -> None:
+    """One line on stderr: the precision ``--dtype`` resolved to, or the one chosen without it."""
+    from pruner_model.core.precision import machine_info
+
+    device = getattr(pruner.backend, "device", "cpu")
     if dtype:
-        device = getattr(pruner.backend, "device", "cpu")
         print(
             f"precision: --dtype {dtype} -> {pruner.backend.name} {pruner.precision} "
             f"on {machine_info(device).describe()}",
             file=sys.stderr,
         )
-    return pruner
+    elif pruner.precision_agreement is not None:  # from_pretrained chose it: say which, and why
+        print(
+            f"precision: {pruner.backend.name} {pruner.precision} on {machine_info(device).describe()} "
+            f"(bf16 keep/drop agreement with fp32 {pruner.precision_agreement:.3f} on the validation "
+            "sentences, 0.98 needed; --dtype fp32 to force fp32)",
+            file=sys.stderr,
+        )
 
 
 def add_summarizer_arguments(p) -> None:

@@ -10,6 +10,7 @@ from pruner_model.commands.common import (
     add_summarizer_arguments,
     existing_model_dir,
     load_pruner,
+    say_precision,
     summarizer_from_args,
 )
 
@@ -162,7 +163,12 @@ def serve_main(argv: list[str] | None = None) -> int:
     from pruner_model.serving.protocol import protocol_with_header_timeout
 
     pruner = load_pruner(
-        model_dir, args, device=args.device, quantized=args.quantized, summarizer=summarizer_from_args(args)
+        model_dir,
+        args,
+        say=False,
+        device=args.device,
+        quantized=args.quantized,
+        summarizer=summarizer_from_args(args),
     )
     limits = ServerLimits(
         **{field: getattr(args, field) for field, *_ in LIMIT_FLAGS},
@@ -183,6 +189,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         api_key=api_key,
         cors_origins=tuple(args.cors_origin),
     )
+    say_precision(pruner, args.dtype)  # once the model passed its self-check
     print(
         f"serving {model_dir} on http://{args.host}:{args.port}" + (" (API key required)" if api_key else ""),
         file=sys.stderr,

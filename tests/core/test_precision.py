@@ -180,3 +180,29 @@ def test_cli_prints_what_auto_resolved_to(tiny_checkpoint, tmp_path, capsys, mon
     assert "precision: --dtype auto -> torch fp32 on CPU AVX2 (no native bf16)" in err
     assert main([*argv, "--dtype", "bf16"]) == 2
     assert "error: precision 'bf16' needs a CPU with AVX-512 BF16 or AMX" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [AVX2, AVX512_BF16])
+def test_a_checkpoint_loads_in_the_fastest_precision_that_agrees_with_fp32(
+    monkeypatch, tiny_checkpoint, flags
+):
+    """No dtype asked for: bf16 where it is native and its keep/drop decisions agree with fp32's
+    on the validation sentences, else fp32; a dtype asked for is taken as it is."""
+    from pruner_model.inference import ContextPruner, agreement
+
+    mock_cpu(monkeypatch, flags)
+    pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+    if flags is AVX2:  # bf16 would be emulated: not even tried
+        assert (pruner.precision, pruner.precision_agreement) == ("fp32", None)
+        return
+    assert pruner.precision_agreement is not None and 0.0 <= pruner.precision_agreement <= 1.0
+    expected = "bf16" if pruner.precision_agreement >= agreement.MIN_AGREEMENT else "fp32"
+    assert pruner.precision == expected
+    assert pruner.prune("Where is it?", ["It is in Paris. It is old."]).stats.sentences_in == 2
+    # bf16 that disagrees is not kept
+    monkeypatch.setattr(agreement, "MIN_AGREEMENT", 1.01)
+    assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "fp32"
+    # an explicit dtype is not second-guessed
+    forced = ContextPruner.from_pretrained(tiny_checkpoint, dtype="bf16")
+    assert (forced.precision, forced.precision_agreement) == ("bf16", None)
+    assert ContextPruner.from_pretrained(tiny_checkpoint, dtype="fp32").precision == "fp32"

@@ -78,7 +78,7 @@ def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, 
 
 def test_onnx_backend_matches_torch(exported):
     ckpt, out, _ = exported
-    torch_p = ContextPruner.from_pretrained(ckpt)
+    torch_p = ContextPruner.from_pretrained(ckpt, dtype="fp32")  # the precision the graph was exported in
     onnx_p = ContextPruner.from_pretrained(out)
     assert torch_p.backend.name == "torch" and onnx_p.backend.name == "onnx"
     for threshold in (0.3, 0.5, 0.7):
@@ -170,7 +170,7 @@ def test_model_options_export_and_match_torch(tmp_path, bert_tokenizer, option):
     bert_tokenizer.save_pretrained(ckpt)
     report = export_onnx(ckpt, tmp_path / "onnx")
     assert report["fp32_ok"], report
-    torch_pruner = ContextPruner.from_pretrained(ckpt)
+    torch_pruner = ContextPruner.from_pretrained(ckpt, dtype="fp32")
     onnx_pruner = ContextPruner.from_pretrained(tmp_path / "onnx")
     a = torch_pruner.score("Who built the Eiffel Tower?", PASSAGES)
     b = onnx_pruner.score("Who built the Eiffel Tower?", PASSAGES)
@@ -189,7 +189,9 @@ def test_int8_gets_its_own_threshold_from_labeled_data(exported, tmp_path, monke
     data.write_text("".join(json.dumps(r) + "\n" for r in records()))
     ckpt = tmp_path / "ckpt"  # a copy with a threshold calibrated on the data, as users would have
     shutil.copytree(exported[0], ckpt)
+    # calibrated on fp32 scores, the precision the graph is exported in
     evaluate = ["evaluate", "--model", str(ckpt), "--data", str(data), "--output", str(tmp_path / "rep")]
+    evaluate += ["--dtype", "fp32"]
     assert (
         main(
             [
@@ -290,3 +292,52 @@ def test_serving_an_onnx_folder_needs_no_torch(exported):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_an_unvalidated_int8_export_says_so(tmp_path, tiny_checkpoint, caplog, capsys):
+    """--no-validate writes the int8 file unchecked: one warning line at export, `validated: false`
+    in the report, and a warning when a quantized load serves it."""
+    import logging
+
+    out = tmp_path / "export"
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                str(tiny_checkpoint),
+                "--output",
+                str(out),
+                "--quantize",
+                "int8",
+                "--no-validate",
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "warning: --no-validate" in err and "int8 file is unchecked" in err
+    assert json.loads((out / "export_report.json").read_text())["validated"] is False
+    with caplog.at_level(logging.WARNING, logger="pruner_model"):
+        ContextPruner.from_pretrained(out, quantized=True)
+    assert any("--no-validate" in r.getMessage() for r in caplog.records)
+    # a validated export loads without the warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pruner_model"):
+        ContextPruner.from_pretrained(out)
+    assert not any("--no-validate" in r.getMessage() for r in caplog.records)
+
+
+def test_int8_keeps_the_feed_forward_outputs_and_heads_in_fp32(exported):
+    """The MatMuls whose inputs carry outlier channels, and the heads, stay fp32 in the int8 graph."""
+    import onnx
+
+    _, out, report = exported
+    kept = set(report["int8_fp32_nodes"])
+    assert any("token_head/" in n for n in kept) and any("relevance_head/" in n for n in kept)
+    assert any("/output/dense/" in n for n in kept)
+    graph = onnx.load(str(out / "model.int8.onnx")).graph
+    by_name = {n.name: n.op_type for n in graph.node}
+    quantized = {name[: -len("_quant")] for name, op in by_name.items() if op == "MatMulInteger"}
+    assert quantized and not quantized & kept, quantized & kept  # some int8 MatMuls, none of these
+    assert by_name["/model/token_head/MatMul"] == "MatMul"
