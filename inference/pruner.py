@@ -67,8 +67,7 @@ class ContextPruner:
         self.batch_size = batch_size
         self.progress_above: int | None = None  # show a bar when one call scores more windows
         self.source: str | None = None  # the folder or hub id it was loaded from, if any
-        # keep/drop agreement of bf16 with fp32 when from_pretrained chose the precision (None: not tried)
-        self.precision_agreement: float | None = None
+        self.precision_agreement: float | None = None  # bf16's with fp32, when from_pretrained chose
 
     @property
     def precision(self) -> str:
@@ -100,10 +99,8 @@ class ContextPruner:
             summarizer: a :class:`~pruner_model.inference.summarize.Summarizer` (e.g.
                 ``OpenAISummarizer``) for ``prune(..., summarize=True)``.
             **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype`` (torch: ``"fp32"``,
-                ``"bf16"``, ``"auto"`` = bf16 where it is native). Without ``dtype`` a torch
-                checkpoint runs in bf16 where the device has it natively and its keep/drop
-                decisions on fixed validation sentences agree with fp32's (>= 0.98), else in fp32
-                (``precision`` and ``precision_agreement`` say which).
+                ``"bf16"``, ``"auto"``). Without it: bf16 where native and agreeing with fp32 on
+                the validation sentences (:func:`~pruner_model.inference.agreement.choose_precision`).
 
         Raises:
             FileNotFoundError: no checkpoint there.
