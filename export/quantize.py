@@ -55,13 +55,15 @@ def quantize_int8(
 
 
 def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], groups: int = 1000) -> dict:
-    """Give the int8 graph its own threshold and judge it on labeled data.
+    """Judge the int8 graph on labeled data by what users get, and give it its own threshold
+    where the checkpoint has one threshold.
 
-    fp32 (the exported graph) at the checkpoint's threshold keeps evidence E with compression C on
-    ``groups`` labeled groups; the int8 threshold is the highest that keeps at least E there
-    (same relative floor and relevance exponent). int8 passes when, each at its own threshold, it
-    keeps evidence within 0.5 point and compression within 1 point of fp32. The threshold is
-    stored as ``int8_threshold`` in the export's config, which ``--quantized`` loading uses.
+    With a per-request threshold (``threshold_model``), fp32 and int8 are both measured at it
+    (each request's band from its own scores) and int8 keeps the bands. Otherwise fp32 at the
+    checkpoint's threshold keeps evidence E on ``groups`` labeled groups, and the int8 threshold
+    is the highest that keeps at least E there (same score rule), stored as ``int8_threshold``
+    (which ``--quantized`` loading uses). int8 passes when it keeps evidence within 0.5 point and
+    compression within 1 point of fp32.
     """
     from pruner_model.evaluation.calibrate import Calibration
     from pruner_model.evaluation.calibration import calibrate_threshold
@@ -69,40 +71,52 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
     from pruner_model.evaluation.groups import load_range
     from pruner_model.evaluation.metrics import metrics_at
     from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.evaluation.threshold_fit import request_default
     from pruner_model.inference.onnx_backend import OnnxBackend
     from pruner_model.inference.pruner import ContextPruner
 
     labeled = load_range(records, 0, 0, groups, config.segmenter_language, config.segmenter_structure)
     if not any(g.has_evidence for g in labeled):
         raise ValueError("int8 calibration data has no group with evidence")
-    floor = config.relative_floor
-    out = {}
+    rule = (config.relevance_exponent, config.relative_floor, config.relevance_contrast)
+    m, t8 = {}, None
     for name, quantized in (("fp32", False), ("int8", True)):
-        pruner = ContextPruner(
-            OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=quantized), tokenizer, config
-        )
-        raw = score_groups(pruner, labeled).groups
-        out[name] = with_score_rules(raw, config.relevance_exponent, floor, config.relevance_contrast)
-    fp32 = metrics_at(out["fp32"], config.threshold)
-    t8 = calibrate_threshold(out["int8"], fp32["evidence_preserved"])
-    int8 = metrics_at(out["int8"], t8)
+        backend = OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=quantized)
+        raw = score_groups(ContextPruner(backend, tokenizer, config), labeled).groups
+        scored = with_score_rules(raw, *rule)
+        default = request_default(config, labeled, raw)
+        if default is not None:  # the per-request default, each request banded by its own scores
+            m[name] = metrics_at(scored, float("nan"), default.masks(scored))
+        elif name == "fp32":
+            m[name] = metrics_at(scored, config.threshold)
+        else:
+            t8 = calibrate_threshold(scored, m["fp32"]["evidence_preserved"])
+            m[name] = metrics_at(scored, t8)
+    report = _judged(m["fp32"], m["int8"], len(labeled), t8)
+    if report["int8_ok"] and t8 is not None:
+        Calibration(int8_threshold=t8).save(output_dir)
+    return report
+
+
+def _judged(fp32: dict, int8: dict, groups: int, t8: float | None) -> dict:
+    """The int8 check's report: both graphs' evidence and compression, and the verdict."""
     d_evidence = fp32["evidence_preserved"] - int8["evidence_preserved"]
     d_compression = fp32["compression"] - int8["compression"]
     ok = d_evidence <= INT8_MAX_EVIDENCE_LOSS and d_compression <= INT8_MAX_COMPRESSION_LOSS
     report = {
-        "int8_calibration_groups": len(labeled),
+        "int8_calibration_groups": groups,
         "int8_threshold": t8,
+        "int8_judged_at": "the per-request default" if t8 is None else "its own threshold",
         "fp32_evidence": fp32["evidence_preserved"],
         "fp32_compression": fp32["compression"],
         "int8_evidence": int8["evidence_preserved"],
         "int8_compression": int8["compression"],
         "int8_ok": ok,
     }
-    if ok:
-        Calibration(int8_threshold=t8).save(output_dir)
-    else:
+    if not ok:
+        at = "at the per-request default" if t8 is None else "at its own threshold"
         report["int8_refused"] = (
-            f"int8 at its own threshold keeps evidence {int8['evidence_preserved']:.3f} / compression "
+            f"int8 {at} keeps evidence {int8['evidence_preserved']:.3f} / compression "
             f"{int8['compression']:.3f} against fp32's {fp32['evidence_preserved']:.3f} / {fp32['compression']:.3f} "
             f"(allowed: {INT8_MAX_EVIDENCE_LOSS * 100:.1f} / {INT8_MAX_COMPRESSION_LOSS * 100:.0f} points less)"
         )

@@ -76,9 +76,11 @@ def export_main(argv: list[str] | None = None) -> int:
         if "int8_agreement" in report:
             line += f"; int8 keep/drop agreement {report['int8_agreement']:.3f} on {report['int8_sentences']} sentences"
         if "int8_evidence" in report:
+            t8 = report["int8_threshold"]
+            at = "at the per-request default" if t8 is None else f"at its threshold {t8:.4f}"
             line += (
                 f"; on {report['int8_calibration_groups']} labeled groups, fp32 {report['fp32_evidence']:.3f} / "
-                f"{report['fp32_compression']:.3f}, int8 at its threshold {report['int8_threshold']:.4f} "
+                f"{report['fp32_compression']:.3f}, int8 {at} "
                 f"{report['int8_evidence']:.3f} / {report['int8_compression']:.3f} (evidence / compression)"
             )
         print(line, file=sys.stderr)

@@ -139,3 +139,18 @@ def test_a_threshold_written_from_the_users_own_data_replaces_the_per_request_on
     config = json.loads((path / "config.json").read_text())
     assert config["threshold"] == 0.25 and config.get("threshold_model") is None
     assert "replaced" in capsys.readouterr().err
+
+
+def test_int8_with_labeled_data_is_judged_at_the_per_request_default(tiny_checkpoint, tmp_path):
+    """A checkpoint with a per-request threshold: int8 is measured at it, as fp32 is, and keeps the
+    bands (no int8 threshold of its own, which would replace them with one threshold)."""
+    from pruner_model.export.onnx import export_onnx
+
+    from tests.evaluation.test_evaluate import records
+
+    report = export_onnx(
+        _banded_checkpoint(tiny_checkpoint), tmp_path / "onnx", quantize="int8", calibration_records=records()
+    )
+    assert report["int8_judged_at"] == "the per-request default" and report["int8_threshold"] is None
+    config = json.loads((tmp_path / "onnx" / "config.json").read_text())
+    assert config.get("int8_threshold") is None and config["threshold_model"] is not None
