@@ -11,6 +11,14 @@ from pathlib import Path
 from pruner_model.core.records import write_json, write_jsonl
 
 
+def output_folder(path: str) -> Path:
+    """``--output``: a folder (made when missing); an existing file there is a one-line error."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--output {out} is a file: give a folder (the records are written as files in it)")
+    return out
+
+
 def _data_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner data",
@@ -76,7 +84,7 @@ def data_main(argv: list[str] | None = None) -> int:
         raise ValueError("--passages-per-group must be >= 1")
     if args.mined_distractors < 0:
         raise ValueError("--mined-distractors must be >= 0")
-    out = Path(args.output)
+    out = output_folder(args.output)
     jobs: list[tuple[str, list[tuple[str, Path]], int | None]] = []
     all_answers = {"train": args.train_answers == "all"}
     if args.train_splits:
@@ -206,6 +214,7 @@ def mix_main(argv: list[str]) -> int:
     from pruner_model.core.records import iter_jsonl
 
     args = _mix_parser().parse_args(argv)
+    out = output_folder(args.output)  # before minutes of building: a file there is an error now
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     unknown = [s for s in sources if s not in TASK_FILES]
     if unknown or not sources:
@@ -240,7 +249,6 @@ def mix_main(argv: list[str]) -> int:
         train_texts = {normalized(r["context"]) for r in iter_jsonl(args.squad_train)}
     with tqdm(desc="building groups", unit="query") as bar:
         records, groups, stats = build_mix(examples, settings, train_texts, progress=bar)
-    out = Path(args.output)
     for split in SPLITS:
         write_jsonl(out / f"{split}.jsonl", records[split])
         write_jsonl(out / f"{split}.groups.jsonl", groups[split])

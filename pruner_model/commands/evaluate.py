@@ -258,7 +258,8 @@ def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> No
 
     key = "int8_threshold" if pruner.precision == "int8" else "threshold"
     replaced = key == "threshold" and PrunerConfig.from_pretrained(str(model_dir)).threshold_model is not None
-    Calibration(**{key: value}, target_evidence=target).save(model_dir)
+    # target_evidence is the promise of the fp32 threshold: an int8 threshold leaves it as it is
+    Calibration(**{key: value}, target_evidence=target if key == "threshold" else None).save(model_dir)
     if replaced:
         print(
             "the per-request threshold (threshold_model) is replaced by this one threshold", file=sys.stderr

@@ -176,3 +176,15 @@ def test_malformed_squad_file(tmp_path, capsys):
         == 2
     )
     assert "not a SQuAD-format" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["squad", "mix"])
+def test_an_output_that_is_a_file_is_a_one_line_error_before_any_work(tmp_path, capsys, command):
+    from pruner_model.cli import main
+
+    target = tmp_path / "records.jsonl"
+    target.write_text("keep me\n")
+    assert main(["data", command, "--output", str(target)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a file: give a folder" in err[0] and "Errno" not in err[0]
+    assert target.read_text() == "keep me\n"

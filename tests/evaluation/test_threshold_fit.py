@@ -154,3 +154,22 @@ def test_int8_with_labeled_data_is_judged_at_the_per_request_default(tiny_checkp
     assert report["int8_judged_at"] == "the per-request default" and report["int8_threshold"] is None
     config = json.loads((tmp_path / "onnx" / "config.json").read_text())
     assert config.get("int8_threshold") is None and config["threshold_model"] is not None
+
+
+def test_an_int8_threshold_written_from_the_users_data_leaves_the_fp32_promise(tiny_checkpoint):
+    """`pruner evaluate --quantized --write-threshold --target-evidence 0.8` stores the int8
+    threshold; the fp32 threshold's target and the per-request bands stay as they were."""
+    from types import SimpleNamespace
+
+    from pruner_model.commands.evaluate import _write_threshold
+
+    path = _banded_checkpoint(tiny_checkpoint)
+    before = json.loads((path / "config.json").read_text())
+    _write_threshold(path, SimpleNamespace(precision="int8"), 0.3, 0.8)
+    after = json.loads((path / "config.json").read_text())
+    assert after["int8_threshold"] == 0.3
+    assert (
+        after.get("target_evidence") == before.get("target_evidence")
+        and after["threshold"] == before["threshold"]
+    )
+    assert after["threshold_model"] == before["threshold_model"]
