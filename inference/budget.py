@@ -65,6 +65,9 @@ def _callable_counter(fn) -> Counter:
     return count
 
 
+MIN_VOCABULARY = 100  # a tokenizer with fewer tokens has lost its vocabulary files
+
+
 @lru_cache(maxsize=8)
 def _named_counter(name: str) -> Counter:
     encoding = _tiktoken_encoding(name)
@@ -84,6 +87,11 @@ def _named_counter(name: str) -> Counter:
             f"budget_tokenizer {name!r}: not a tiktoken encoding, and no tokenizer folder or hub id "
             f"by that name ({first})"
         ) from None
+    if len(tokenizer) < MIN_VOCABULARY:  # e.g. a folder with a config and no vocabulary files
+        raise ValueError(
+            f"budget_tokenizer {name!r}: its tokenizer has {len(tokenizer)} tokens, no real vocabulary "
+            "(the folder lacks tokenizer.json / vocab files?)"
+        )
 
     def count(texts: Sequence[str]) -> np.ndarray:
         if not texts:

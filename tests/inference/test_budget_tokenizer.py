@@ -75,6 +75,15 @@ def test_a_bad_budget_tokenizer_is_one_line(pruner, bad):
     assert "budget_tokenizer" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_tokenizer_folder_without_its_vocabulary_is_refused(pruner, tmp_path):
+    """A folder with a config and no vocabulary files loads as a 5-token tokenizer: refused, not
+    used to count (every unit would be a handful of unknown tokens)."""
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(ValueError, match="no real vocabulary") as err:
+        pruner.prune(QUERY, PASSAGES, budget_tokenizer=str(tmp_path))
+    assert "\n" not in str(err.value)
+
+
 def test_http_serves_only_the_tokenizers_it_was_started_with(pruner):
     app = create_app(pruner, ServerLimits(budget_tokenizers=("cl100k_base",)))
     with TestClient(app) as client:
