@@ -84,10 +84,18 @@ def _tool_signature() -> inspect.Signature:
     return inspect.Signature(params, return_annotation=PruneOutput)
 
 
-def build_server(model, documents: list[dict] | None = None, max_passages: int = 64, **loader) -> MCPServer:
+def build_server(
+    model,
+    documents: list[dict] | None = None,
+    max_passages: int = 64,
+    budget_tokenizers: tuple[str, ...] = (),
+    **loader,
+) -> MCPServer:
     """The MCP server for ``model`` (a ContextPruner, folder or hub id, loaded with ``loader``
     options such as ``quantized=True``) and the registered ``documents`` (``{"id", "title"?,
-    "text"}``)."""
+    "text"}``). ``budget_tokenizers``: the ``budget_tokenizer`` names a call may choose (loaded
+    now), as the HTTP server allows: an agent cannot make it load a folder or hub id of its own."""
+    served = _served_tokenizers(budget_tokenizers)
     pruner = load_pruner(model, **loader)
     docs = {str(d["id"]): d for d in documents or []}
     server = MCPServer(
@@ -105,6 +113,11 @@ def build_server(model, documents: list[dict] | None = None, max_passages: int =
         given = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in passages]
         defaults = {name: info.default for name, (_, info) in selection_body_fields().items()}
         changed = {k: v for k, v in settings.items() if v != defaults.get(k)}
+        if changed.get("budget_tokenizer") not in (None, *served):
+            raise ToolError(
+                f"budget_tokenizer {changed['budget_tokenizer']!r} is not served here; this server counts "
+                f"with: {', '.join(served)}"
+            )
         try:
             result = pruner.prune(query, given, **changed)
         except (ValueError, TypeError) as exc:  # the agent's input: it reads the reason and retries
@@ -126,6 +139,22 @@ def build_server(model, documents: list[dict] | None = None, max_passages: int =
 
     prune_context.__signature__ = _tool_signature()
     server.tool(structured_output=True)(prune_context)
+    _add_documents(server, pruner, docs)
+    return server
+
+
+def _served_tokenizers(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The budget tokenizers a call may name: the pruner's and ``names``, each loaded now so that a
+    bad name fails the start, not a call."""
+    from pruner_model.inference.budget import PRUNER, token_counter
+
+    for name in names:
+        token_counter(name)
+    return (PRUNER, *names)
+
+
+def _add_documents(server: MCPServer, pruner, docs: dict[str, dict]) -> None:
+    """The registered documents as resources: their list, and the slice a query needs."""
 
     @server.resource("pruner://documents", mime_type="application/json")
     def list_documents() -> str:
@@ -143,8 +172,6 @@ def build_server(model, documents: list[dict] | None = None, max_passages: int =
         except (ValueError, TypeError) as exc:
             raise ResourceError(str(exc)) from None
 
-    return server
-
 
 def mcp_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
@@ -159,6 +186,14 @@ def mcp_main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default=None)
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"], default=None)
+    p.add_argument(
+        "--budget-tokenizer",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a budget_tokenizer calls may choose (repeatable; e.g. cl100k_base or a tokenizer folder); "
+        "any other is refused",
+    )
     args = p.parse_args(argv)
     if not Path(args.model).is_dir():
         raise FileNotFoundError(f"model folder not found: {args.model}")
@@ -171,5 +206,5 @@ def mcp_main(argv: list[str] | None = None) -> int:
             if "id" not in d or not isinstance(d.get("text"), str):
                 raise ValueError(f"{args.documents}:{i}: expected {{id, title?, text}}")
     loader = {"quantized": args.quantized or None, "backend": args.backend, "dtype": args.dtype}
-    build_server(args.model, documents, **loader).run("stdio")
+    build_server(args.model, documents, budget_tokenizers=tuple(args.budget_tokenizer), **loader).run("stdio")
     return 0

@@ -138,6 +138,11 @@ def test_mcp_stdio_server_tool_and_resources(tiny_checkpoint, tmp_path):
                 "prune_context", {"query": QUERY, "passages": TEXTS, "token_budget": -1}
             )
             assert budget.is_error and "token_budget" in budget.content[0].text
+            # an agent cannot make the server load a tokenizer folder of its choosing
+            foreign = await client.call_tool(
+                "prune_context", {"query": QUERY, "passages": TEXTS, "budget_tokenizer": str(tiny_checkpoint)}
+            )
+            assert foreign.is_error and "not served here" in foreign.content[0].text
             try:
                 await client.read_resource("pruner://documents/nope/slice/q")
                 missing = ""
