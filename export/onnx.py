@@ -14,7 +14,14 @@ import tempfile
 from pathlib import Path
 
 from pruner_model.core.records import atomic_path, current_umask
-from pruner_model.export.quantize import calibrate_int8, quantize_int8, sensitive_nodes
+from pruner_model.export.quantize import (
+    calibrate_int8,
+    head_nodes,
+    quantize_int8,
+    quantize_smoothed,
+    sensitive_nodes,
+    smoothing_batches,
+)
 from pruner_model.export.validate import FP32_TOLERANCE, sample_inputs, validate_export
 
 # encoder families whose attention/LayerNorm/GELU subgraphs onnxruntime's transformer optimizer
@@ -153,6 +160,41 @@ def _check_output(output_dir: Path) -> None:
         )
 
 
+def _int8(model_dir: Path, output_dir: Path, tokenizer, config, check: bool, records, groups: int) -> dict:
+    """``model.int8.onnx``: smoothed and all int8 where there is text to measure the smoothing on
+    (:mod:`~pruner_model.export.smoothing`), else, or when that one fails its check, with the
+    feed-forward output projections and heads in fp32. ``check``: judged by the keep/drop agreement
+    on the validation sentences, or on labeled ``records`` (:func:`calibrate_int8`)."""
+    from pruner_model.export.smoothing import smoothing_text
+    from pruner_model.export.validate import int8_agreement
+
+    onnx_path, int8_path = output_dir / "model.onnx", output_dir / "model.int8.onnx"
+    text = smoothing_text(model_dir, records, config)
+    schemes = (["smoothed"] if text else []) + ["fp32 projections"]
+    out: dict = {"int8_per_channel": True}
+    for k, scheme in enumerate(schemes):
+        out = {"int8_per_channel": True, "int8_scheme": scheme, "int8_tried": schemes[: k + 1]}
+        if scheme == "smoothed":
+            groups_, source = text
+            quantize_smoothed(onnx_path, int8_path, smoothing_batches(tokenizer, config, groups_))
+            out.update(
+                int8_smoothed_on=f"{len(groups_)} groups of {source}", int8_fp32_nodes=head_nodes(onnx_path)
+            )
+        else:
+            quantize_int8(onnx_path, int8_path)
+            out["int8_fp32_nodes"] = sensitive_nodes(onnx_path)
+        if not check:
+            return out
+        out.update(
+            int8_agreement(output_dir, tokenizer, config)
+            if records is None
+            else calibrate_int8(output_dir, tokenizer, config, records, groups)
+        )
+        if out["int8_ok"]:
+            break
+    return out
+
+
 def _trace(model, input_names: list[str], args: tuple, onnx_path: Path, opset: int) -> None:
     """The graph (TorchScript exporter) with dynamic batch and sequence axes."""
     import torch
@@ -215,18 +257,13 @@ def _export_into(
     report.update(fuse_graph(onnx_path, model.config.encoder_config) if fuse else {"fused": False})
     model.config.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    if quantize == "int8":
-        quantize_int8(onnx_path, output_dir / "model.int8.onnx")
-        report["files"].append("model.int8.onnx")
-        report["int8_per_channel"] = True
-        report["int8_fp32_nodes"] = sensitive_nodes(onnx_path)
     if validate:
-        with_agreement = quantize == "int8" and calibration_records is None
-        report.update(validate_export(model, tokenizer, output_dir, with_agreement))
-        if quantize == "int8" and calibration_records is not None and report["fp32_ok"]:
-            report.update(
-                calibrate_int8(output_dir, tokenizer, model.config, calibration_records, calibration_groups)
-            )
+        report.update(validate_export(model, tokenizer, output_dir, with_int8=False))
+    if quantize == "int8":
+        report["files"].append("model.int8.onnx")
+        check = validate and report["fp32_ok"]
+        labels = (calibration_records, calibration_groups)
+        report.update(_int8(model_dir, output_dir, tokenizer, model.config, check, *labels))
     if validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]:
         # an int8 file that failed its check is not left where a server would load it
         (output_dir / "model.int8.onnx").unlink(missing_ok=True)

@@ -28,6 +28,37 @@ def sensitive_nodes(fp32_path: Path) -> list[str]:
     return names + [f"{n.name}_MatMul" for n in graph.node if n.op_type == "Gemm" and n.name in names]
 
 
+def head_nodes(fp32_path: Path) -> list[str]:
+    """The heads' nodes of :func:`sensitive_nodes`: kept fp32 in every int8 graph."""
+    return [n for n in sensitive_nodes(fp32_path) if "_head/" in n]
+
+
+def smoothing_batches(tokenizer, config, groups) -> list[dict]:
+    """Padded windows of the validation pairs and of ``groups`` (labeled groups), for the
+    channel maxima of :func:`quantize_smoothed`."""
+    from pruner_model.export.validate import sample_inputs
+
+    batches = [sample_inputs(tokenizer, config)]
+    for g in groups:
+        passages = [p["text"] for p in g.passages]
+        batches.append(sample_inputs(tokenizer, config, queries=[g.query] * len(passages), passages=passages))
+    return batches
+
+
+def quantize_smoothed(fp32_path: Path, int8_path: Path, batches: list[dict]) -> None:
+    """Smoothed (:func:`pruner_model.export.smoothing.smoothed_graph`, channel maxima over
+    ``batches``), then dynamic per-channel int8 of everything but the heads. The smoothed fp32
+    graph is an intermediate: only the int8 file is written beside ``fp32_path``."""
+    import tempfile
+
+    from pruner_model.export.smoothing import smoothed_graph
+
+    with tempfile.TemporaryDirectory(dir=int8_path.parent) as tmp:
+        smoothed = Path(tmp) / "model.smoothed.onnx"
+        smoothed_graph(fp32_path, smoothed, batches)
+        quantize_int8(smoothed, int8_path, keep_sensitive=False, nodes_to_exclude=head_nodes(fp32_path))
+
+
 def quantize_int8(
     fp32_path: Path, int8_path: Path, per_channel: bool = True, keep_sensitive: bool = True, **options
 ) -> None:

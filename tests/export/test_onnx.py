@@ -58,6 +58,7 @@ def test_int8_weights_have_one_scale_per_output_channel(exported):
         scale = weights[name[: -len("_quantized")] + "_scale"]
         assert scale.shape == (weights[name].shape[1],), (name, scale.shape)
     assert report["int8_per_channel"] is True
+    assert report["int8_scheme"] == "fp32 projections"  # no dev data to smooth on
 
 
 def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, monkeypatch):
@@ -341,3 +342,38 @@ def test_int8_keeps_the_feed_forward_outputs_and_heads_in_fp32(exported):
     quantized = {name[: -len("_quant")] for name, op in by_name.items() if op == "MatMulInteger"}
     assert quantized and not quantized & kept, quantized & kept  # some int8 MatMuls, none of these
     assert by_name["/model/token_head/MatMul"] == "MatMul"
+
+
+def test_int8_is_smoothed_where_the_checkpoints_dev_data_is_there(tmp_path, tiny_checkpoint, monkeypatch):
+    """With the dev file its train_config.yaml names, the export smooths the feed-forward output
+    projections on that text and quantizes them too; the smoothed fp32 graph is not left behind."""
+    import onnx
+    import pruner_model.export.validate as validation
+    import yaml
+
+    from tests.evaluation.test_evaluate import records
+
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    (tiny_checkpoint / "train_config.yaml").write_text(yaml.safe_dump({"data": {"dev": [str(dev)]}}))
+    monkeypatch.setattr(validation, "INT8_MIN_AGREEMENT", 0.0)  # judged here: the graph, not the tiny model
+    report = export_onnx(tiny_checkpoint, tmp_path / "out", quantize="int8")
+    assert report["int8_scheme"] == "smoothed" and report["int8_tried"] == ["smoothed"]
+    assert str(dev) in report["int8_smoothed_on"]
+    graph = onnx.load(str(tmp_path / "out" / "model.int8.onnx")).graph
+    ops = {n.name: n.op_type for n in graph.node}
+    smooth = [
+        name for name, op in ops.items() if op == "Mul" and name.endswith("/output/dense/MatMul_smooth")
+    ]
+    assert len(smooth) == 2  # one per layer of the tiny encoder
+    assert all(ops.get(name[: -len("_smooth")] + "_quant") == "MatMulInteger" for name in smooth)
+    assert ops["/model/token_head/MatMul"] == "MatMul"  # the heads stay fp32
+    assert not any("smooth" in p.name or p.is_dir() for p in (tmp_path / "out").iterdir())
+    # a smoothed graph that fails its check falls back to the fp32 projections, then is refused
+    monkeypatch.setattr(validation, "INT8_MIN_AGREEMENT", 1.01)
+    with pytest.raises(Exception, match="int8 file not kept"):
+        export_onnx(tiny_checkpoint, tmp_path / "out2", quantize="int8")
+    saved = json.loads((tmp_path / "out2" / "export_report.json").read_text())
+    assert (
+        saved["int8_tried"] == ["smoothed", "fp32 projections"] and saved["int8_scheme"] == "fp32 projections"
+    )
