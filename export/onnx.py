@@ -160,16 +160,16 @@ def _check_output(output_dir: Path) -> None:
         )
 
 
-def _int8(model_dir: Path, output_dir: Path, tokenizer, config, check: bool, records, groups: int) -> dict:
-    """``model.int8.onnx``: smoothed and all int8 where there is text to measure the smoothing on
-    (:mod:`~pruner_model.export.smoothing`), else, or when that one fails its check, with the
-    feed-forward output projections and heads in fp32. ``check``: judged by the keep/drop agreement
-    on the validation sentences, or on labeled ``records`` (:func:`calibrate_int8`)."""
+def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int) -> dict:
+    """``model.int8.onnx``: with labeled ``records``, smoothed and all int8
+    (:mod:`~pruner_model.export.smoothing`) and judged on them (:func:`calibrate_int8`); without
+    them, or when that graph fails, with the feed-forward output projections and heads in fp32,
+    judged by the keep/drop agreement on the validation sentences (or on the records)."""
     from pruner_model.export.smoothing import smoothing_text
     from pruner_model.export.validate import int8_agreement
 
     onnx_path, int8_path = output_dir / "model.onnx", output_dir / "model.int8.onnx"
-    text = smoothing_text(model_dir, records, config)
+    text = smoothing_text(records, config)
     schemes = (["smoothed"] if text else []) + ["fp32 projections"]
     out: dict = {"int8_per_channel": True}
     for k, scheme in enumerate(schemes):
@@ -263,7 +263,7 @@ def _export_into(
         report["files"].append("model.int8.onnx")
         check = validate and report["fp32_ok"]
         labels = (calibration_records, calibration_groups)
-        report.update(_int8(model_dir, output_dir, tokenizer, model.config, check, *labels))
+        report.update(_int8(output_dir, tokenizer, model.config, check, *labels))
     if validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]:
         # an int8 file that failed its check is not left where a server would load it
         (output_dir / "model.int8.onnx").unlink(missing_ok=True)

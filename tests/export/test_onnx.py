@@ -344,22 +344,24 @@ def test_int8_keeps_the_feed_forward_outputs_and_heads_in_fp32(exported):
     assert by_name["/model/token_head/MatMul"] == "MatMul"
 
 
-def test_int8_is_smoothed_where_the_checkpoints_dev_data_is_there(tmp_path, tiny_checkpoint, monkeypatch):
-    """With the dev file its train_config.yaml names, the export smooths the feed-forward output
-    projections on that text and quantizes them too; the smoothed fp32 graph is not left behind."""
+def test_int8_is_smoothed_on_labeled_data_and_falls_back_when_that_fails(
+    tmp_path, tiny_checkpoint, monkeypatch
+):
+    """With --calibration-data the export smooths the feed-forward output projections on it and
+    quantizes them too (the smoothed fp32 graph is not left behind); a smoothed graph that fails
+    the check falls back to fp32 projections; without labels the projections stay fp32."""
     import onnx
-    import pruner_model.export.validate as validation
-    import yaml
+    import pruner_model.export.quantize as quantization
 
     from tests.evaluation.test_evaluate import records
 
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps(r) + "\n" for r in records()))
-    (tiny_checkpoint / "train_config.yaml").write_text(yaml.safe_dump({"data": {"dev": [str(dev)]}}))
-    monkeypatch.setattr(validation, "INT8_MIN_AGREEMENT", 0.0)  # judged here: the graph, not the tiny model
-    report = export_onnx(tiny_checkpoint, tmp_path / "out", quantize="int8")
+    monkeypatch.setattr(
+        quantization, "INT8_MAX_COMPRESSION_LOSS", 1.0
+    )  # judged here: the graph, not the tiny model
+    monkeypatch.setattr(quantization, "INT8_MAX_EVIDENCE_LOSS", 1.0)
+    report = export_onnx(tiny_checkpoint, tmp_path / "out", quantize="int8", calibration_records=records())
     assert report["int8_scheme"] == "smoothed" and report["int8_tried"] == ["smoothed"]
-    assert str(dev) in report["int8_smoothed_on"]
+    assert "the calibration data" in report["int8_smoothed_on"]
     graph = onnx.load(str(tmp_path / "out" / "model.int8.onnx")).graph
     ops = {n.name: n.op_type for n in graph.node}
     smooth = [
@@ -370,9 +372,9 @@ def test_int8_is_smoothed_where_the_checkpoints_dev_data_is_there(tmp_path, tiny
     assert ops["/model/token_head/MatMul"] == "MatMul"  # the heads stay fp32
     assert not any("smooth" in p.name or p.is_dir() for p in (tmp_path / "out").iterdir())
     # a smoothed graph that fails its check falls back to the fp32 projections, then is refused
-    monkeypatch.setattr(validation, "INT8_MIN_AGREEMENT", 1.01)
+    monkeypatch.setattr(quantization, "INT8_MAX_COMPRESSION_LOSS", -1.0)
     with pytest.raises(Exception, match="int8 file not kept"):
-        export_onnx(tiny_checkpoint, tmp_path / "out2", quantize="int8")
+        export_onnx(tiny_checkpoint, tmp_path / "out2", quantize="int8", calibration_records=records())
     saved = json.loads((tmp_path / "out2" / "export_report.json").read_text())
     assert (
         saved["int8_tried"] == ["smoothed", "fp32 projections"] and saved["int8_scheme"] == "fp32 projections"
