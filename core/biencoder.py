@@ -105,8 +105,6 @@ def passage_cosines(
     passage score the bi-encoder gives, as the inference units segment the context."""
     from pruner_model.core.segmentation import segment
 
-    units = [
-        [t for u in segment(c, language, structure) if (t := u.text_of(c)).strip()] for c in contexts
-    ]
+    units = [[t for u in segment(c, language, structure) if (t := u.text_of(c)).strip()] for c in contexts]
     cos = encoder.sentence_cosines(queries, units)
     return np.array([float(c.max()) if len(c) else -1.0 for c in cos], dtype=np.float32)

@@ -164,6 +164,48 @@ def writing_marker(path: str | Path) -> Path:
     return path.with_name(path.name + ".writing")
 
 
+def _writer_alive(marker: Path) -> int | None:
+    """The pid in ``marker`` when that process is running (not this one), else None."""
+    try:
+        pid = int(json.loads(marker.read_text(encoding="utf-8"))["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid == os.getpid() or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # running, as another user
+        return pid
+    return pid
+
+
+def _claim(marker: Path, path: Path) -> bool:
+    """Create ``marker`` with this pid, exclusively: a marker of a run that is still going refuses
+    the output; one left by a run that stopped is taken over. Returns whether there was one (a
+    run of ours stopped while writing ``path``)."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    stale = False
+    for _ in range(3):
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            pid = _writer_alive(marker)
+            if pid is not None:
+                raise RecordError(
+                    f"{path} is being written by another run (pid {pid}): wait for it, or choose another "
+                    f"--output (if no such run is going, remove {marker})"
+                ) from None
+            marker.unlink(missing_ok=True)  # left by a run that stopped: ours now
+            stale = True
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"pid": os.getpid()}) + "\n")
+        return stale
+    raise RecordError(f"{path}: could not claim {marker} (another run starting at the same time?)")
+
+
 @contextmanager
 def resumable_output(path: str | Path, inputs: Iterable[str | Path] = (), what: str = "this command"):
     """Open an append-only JSONL output of a resumable run, touching only what we wrote.
@@ -186,11 +228,28 @@ def resumable_output(path: str | Path, inputs: Iterable[str | Path] = (), what: 
         if same:
             raise RecordError(f"the output {path} is the input file: choose another --output")
     marker = writing_marker(path)
+    stale = _claim(marker, path)  # before anything is read or cut: another live run's file is not ours
+    try:
+        _check_output(path, stale, what)
+    except RecordError:
+        if not stale:  # refused: leave no marker of ours behind
+            marker.unlink(missing_ok=True)
+        raise
+    try:
+        yield path
+    finally:
+        if not path.is_file() or path.stat().st_size == 0 or _ends_with_newline(path):
+            marker.unlink(missing_ok=True)
+
+
+def _check_output(path: Path, stale: bool, what: str) -> None:
+    """An existing output must be JSON records of ours; a half-written last line is cut only when
+    a run of ours (``stale``: its marker was there) stopped while writing it."""
     if path.is_file() and path.stat().st_size:
         with open(path, "rb") as fh:
             data = fh.read()
         partial = not data.endswith(b"\n")
-        if partial and not marker.is_file():
+        if partial and not stale:
             raise RecordError(
                 f"{path} does not end with a newline and no run of {what} was writing it: not "
                 "touched (choose another --output)"
@@ -208,13 +267,6 @@ def resumable_output(path: str | Path, inputs: Iterable[str | Path] = (), what: 
                 )
         if partial:  # a crash of ours mid-line (rare): cut it
             repair_jsonl(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"pid": os.getpid()}) + "\n", encoding="utf-8")
-    try:
-        yield path
-    finally:
-        if not path.is_file() or path.stat().st_size == 0 or _ends_with_newline(path):
-            marker.unlink(missing_ok=True)
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -73,8 +73,9 @@ def load_pruner(model_dir: Path, args, say: bool = True, **kwargs):
     return pruner
 
 
-def say_precision(pruner, dtype: str | None) -> None:
-    """One line on stderr: the precision ``--dtype`` resolved to, or the one chosen without it."""
+def say_precision(pruner, dtype: str | None, chosen: bool = False) -> None:
+    """One line on stderr: the precision ``--dtype`` resolved to, or (``chosen``: a server says it
+    at start-up) the one chosen without it."""
     from pruner_model.core.precision import machine_info
 
     device = getattr(pruner.backend, "device", "cpu")
@@ -84,7 +85,7 @@ def say_precision(pruner, dtype: str | None) -> None:
             f"on {machine_info(device).describe()}",
             file=sys.stderr,
         )
-    elif pruner.precision_agreement is not None:  # from_pretrained chose it: say which, and why
+    elif chosen and pruner.precision_agreement is not None:  # from_pretrained chose it: which, and why
         print(
             f"precision: {pruner.backend.name} {pruner.precision} on {machine_info(device).describe()} "
             f"(bf16 keep/drop agreement with fp32 {pruner.precision_agreement:.3f} on the validation "

@@ -189,7 +189,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         api_key=api_key,
         cors_origins=tuple(args.cors_origin),
     )
-    say_precision(pruner, args.dtype)  # once the model passed its self-check
+    say_precision(pruner, args.dtype, chosen=True)  # once the model passed its self-check
     print(
         f"serving {model_dir} on http://{args.host}:{args.port}" + (" (API key required)" if api_key else ""),
         file=sys.stderr,

@@ -91,3 +91,39 @@ def test_bad_batch_input_is_one_line(tiny_checkpoint, tmp_path, capsys):
     ]
     assert main([*argv, "--shard", "2/2"]) == 2
     assert main([*argv[:-2]]) == 2 and "needs --output" in capsys.readouterr().err
+
+
+def test_a_second_run_on_an_output_another_live_run_writes_is_refused(tiny_checkpoint, tmp_path, capsys):
+    """Two `pruner prune --input` runs on one --output: the second is refused while the first is
+    alive (its half-written last line is not cut), and takes over once it has stopped."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "groups.jsonl"
+    src.write_text("".join(json.dumps(g) + "\n" for g in groups()))
+    out = tmp_path / "out.jsonl"
+    argv = [
+        "prune",
+        "--model",
+        str(tiny_checkpoint),
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--threshold",
+        "0.5",
+    ]
+    first, second = (g["id"] for g in groups()[:2])
+    out.write_text(json.dumps({"id": first}) + "\n" + json.dumps({"id": second})[:9])  # a half line
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        writing_marker(out).write_text(json.dumps({"pid": writer.pid}) + "\n")
+        assert main(argv) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"being written by another run (pid {writer.pid})" in err[0]
+        assert out.read_text().endswith(json.dumps({"id": second})[:9]) and writing_marker(out).exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    assert main(argv) == 0  # that run stopped: its marker is taken over, its half line cut
+    assert not writing_marker(out).exists() and len(out.read_text().splitlines()) == 24  # each id once
