@@ -128,6 +128,12 @@ def validate_labeled(rec: dict, where: str = "") -> dict:
     for key in ("id", "query", "context"):
         if not isinstance(rec.get(key), str):
             raise RecordError(f"{prefix}record lacks a string {key!r}")
+        try:
+            rec[key].encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\ud800) that JSON let through
+            raise RecordError(f"{prefix}record's {key!r} is not valid Unicode text (a lone surrogate)") from None
+    if rec.get("meta") is not None and not isinstance(rec["meta"], dict):
+        raise RecordError(f"{prefix}record {rec['id']!r} has a 'meta' that is not an object")
     spans = rec.get("relevant_spans")
     if not isinstance(spans, list):
         raise RecordError(f"{prefix}record {rec['id']!r} lacks a 'relevant_spans' list")

@@ -167,3 +167,27 @@ def test_group_batches_keep_query_groups_together():
     assert len({k for k, bt in enumerate(a) for i in bt if groups[i] == 40}) == 2  # 11 windows: cut
     s.for_epoch(2)
     assert list(s) != a
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            '{"id": "b", "query": "q\\ud800?", "context": "Some text.", "relevant_spans": []}',
+            "lone surrogate",
+        ),
+        (
+            '{"id": "b", "query": "other?", "context": "Some text.", "relevant_spans": [], "meta": "x"}',
+            "'meta'",
+        ),
+    ],
+)
+def test_a_bad_training_record_is_named_by_file_and_line(tmp_path, line, message):
+    good = {"id": "a", "query": "q?", "context": "Some text. More.", "relevant_spans": [[0, 10]]}
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(good) + "\n" + line + "\n")
+    with pytest.raises(RecordError) as err:
+        read_records([str(path)])
+    assert (
+        str(err.value).startswith(f"{path}:2:") and message in str(err.value) and "\n" not in str(err.value)
+    )
