@@ -139,8 +139,23 @@ def build_server(
 
     prune_context.__signature__ = _tool_signature()
     server.tool(structured_output=True)(prune_context)
+    _forbid_unknown_arguments(server, "prune_context")
     _add_documents(server, pruner, docs)
     return server
+
+
+def _forbid_unknown_arguments(server: MCPServer, name: str) -> None:
+    """A misspelt setting (``thresold``) is an error the agent reads, not silently dropped: the
+    tool's argument model (the SDK builds it with pydantic's default ``extra="ignore"``) is made
+    strict."""
+    tool = server._tool_manager.get_tool(name)  # the SDK has no public way to set this
+    base = tool.fn_metadata.arg_model
+
+    class Strict(base):
+        model_config = ConfigDict(**base.model_config, extra="forbid")
+
+    Strict.__name__ = base.__name__
+    tool.fn_metadata.arg_model = Strict
 
 
 def _served_tokenizers(names: tuple[str, ...]) -> tuple[str, ...]:

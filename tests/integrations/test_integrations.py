@@ -143,6 +143,11 @@ def test_mcp_stdio_server_tool_and_resources(tiny_checkpoint, tmp_path):
                 "prune_context", {"query": QUERY, "passages": TEXTS, "budget_tokenizer": str(tiny_checkpoint)}
             )
             assert foreign.is_error and "not served here" in foreign.content[0].text
+            # a misspelt setting is refused by name, not silently dropped
+            typo = await client.call_tool(
+                "prune_context", {"query": QUERY, "passages": TEXTS, "thresold": 0.9}
+            )
+            assert typo.is_error and "thresold" in typo.content[0].text
             try:
                 await client.read_resource("pruner://documents/nope/slice/q")
                 missing = ""
