@@ -16,10 +16,8 @@ from pathlib import Path
 from pruner_model.core.records import atomic_path, current_umask
 from pruner_model.export.quantize import (
     calibrate_int8,
-    head_nodes,
     quantize_int8,
     quantize_smoothed,
-    sensitive_nodes,
     smoothing_batches,
 )
 from pruner_model.export.validate import FP32_TOLERANCE, sample_inputs, validate_export
@@ -171,18 +169,14 @@ def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int
     onnx_path, int8_path = output_dir / "model.onnx", output_dir / "model.int8.onnx"
     text = smoothing_text(records, config)
     schemes = (["smoothed"] if text else []) + ["fp32 projections"]
-    out: dict = {"int8_per_channel": True}
     for k, scheme in enumerate(schemes):
         out = {"int8_per_channel": True, "int8_scheme": scheme, "int8_tried": schemes[: k + 1]}
         if scheme == "smoothed":
             groups_, source = text
-            quantize_smoothed(onnx_path, int8_path, smoothing_batches(tokenizer, config, groups_))
-            out.update(
-                int8_smoothed_on=f"{len(groups_)} groups of {source}", int8_fp32_nodes=head_nodes(onnx_path)
-            )
+            kept = quantize_smoothed(onnx_path, int8_path, smoothing_batches(tokenizer, config, groups_))
+            out.update(int8_smoothed_on=f"{len(groups_)} groups of {source}", int8_fp32_nodes=kept)
         else:
-            quantize_int8(onnx_path, int8_path)
-            out["int8_fp32_nodes"] = sensitive_nodes(onnx_path)
+            out["int8_fp32_nodes"] = quantize_int8(onnx_path, int8_path)
         if not check:
             return out
         out.update(
@@ -258,7 +252,7 @@ def _export_into(
     model.config.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     if validate:
-        report.update(validate_export(model, tokenizer, output_dir, with_int8=False))
+        report.update(validate_export(model, tokenizer, output_dir))
     if quantize == "int8":
         report["files"].append("model.int8.onnx")
         check = validate and report["fp32_ok"]

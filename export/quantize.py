@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pruner_model.export.smoothing import is_projection
+
 INT8_MAX_EVIDENCE_LOSS = 0.005  # int8 at its own threshold vs fp32 at the checkpoint's
 INT8_MAX_COMPRESSION_LOSS = 0.01
 
@@ -21,8 +23,7 @@ def sensitive_nodes(fp32_path: Path) -> list[str]:
     names = [
         n.name
         for n in graph.node
-        if n.op_type in ("MatMul", "Gemm")
-        and ("_head/" in n.name or ("/output/dense/" in n.name and "/attention/" not in n.name))
+        if n.op_type in ("MatMul", "Gemm") and ("_head/" in n.name or is_projection(n.name))
     ]
     # the quantizer first splits a Gemm into "<name>_MatMul" + Add: that MatMul stays fp32 too
     return names + [f"{n.name}_MatMul" for n in graph.node if n.op_type == "Gemm" and n.name in names]
@@ -45,10 +46,11 @@ def smoothing_batches(tokenizer, config, groups) -> list[dict]:
     return batches
 
 
-def quantize_smoothed(fp32_path: Path, int8_path: Path, batches: list[dict]) -> None:
+def quantize_smoothed(fp32_path: Path, int8_path: Path, batches: list[dict]) -> list[str]:
     """Smoothed (:func:`pruner_model.export.smoothing.smoothed_graph`, channel maxima over
-    ``batches``), then dynamic per-channel int8 of everything but the heads. The smoothed fp32
-    graph is an intermediate: only the int8 file is written beside ``fp32_path``."""
+    ``batches``), then dynamic per-channel int8 of everything but the heads; returns the nodes
+    left in fp32. The smoothed fp32 graph is an intermediate: only the int8 file is written beside
+    ``fp32_path``."""
     import tempfile
 
     from pruner_model.export.smoothing import smoothed_graph
@@ -56,14 +58,17 @@ def quantize_smoothed(fp32_path: Path, int8_path: Path, batches: list[dict]) -> 
     with tempfile.TemporaryDirectory(dir=int8_path.parent) as tmp:
         smoothed = Path(tmp) / "model.smoothed.onnx"
         smoothed_graph(fp32_path, smoothed, batches)
-        quantize_int8(smoothed, int8_path, keep_sensitive=False, nodes_to_exclude=head_nodes(fp32_path))
+        return quantize_int8(
+            smoothed, int8_path, keep_sensitive=False, nodes_to_exclude=head_nodes(fp32_path)
+        )
 
 
 def quantize_int8(
     fp32_path: Path, int8_path: Path, per_channel: bool = True, keep_sensitive: bool = True, **options
-) -> None:
+) -> list[str]:
     """Dynamic int8 quantization of an exported graph (int8 weights, activations quantized at run
     time); ``options`` go to ``onnxruntime.quantization.quantize_dynamic`` (``nodes_to_exclude``, ...).
+    Returns the nodes left in fp32.
 
     ``per_channel``: one weight scale per output channel. ``keep_sensitive``: the nodes of
     :func:`sensitive_nodes` stay in fp32. Both keep int8's keep/drop decisions close to fp32's
@@ -83,6 +88,7 @@ def quantize_int8(
         extra_options={"DefaultTensorType": TensorProto.FLOAT},
         **options,
     )
+    return list(options.get("nodes_to_exclude", ()))
 
 
 def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], groups: int = 1000) -> dict:

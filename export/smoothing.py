@@ -34,13 +34,15 @@ def smoothing_text(records: list[dict] | None, config) -> tuple[list, str] | Non
     return (groups, "the calibration data") if groups else None
 
 
+def is_projection(name: str) -> bool:
+    """A feed-forward output projection's node, by its name (BERT-like: ``layer.N/output/dense``,
+    not the attention's ``attention/output/dense``)."""
+    return "/output/dense/" in name and "/attention/" not in name
+
+
 def projections(graph) -> list:
-    """The feed-forward output projections (BERT-like names: ``layer.N/output/dense``)."""
-    return [
-        n
-        for n in graph.node
-        if n.op_type == "MatMul" and "/output/dense/" in n.name and "/attention/" not in n.name
-    ]
+    """The feed-forward output projections' MatMuls."""
+    return [n for n in graph.node if n.op_type == "MatMul" and is_projection(n.name)]
 
 
 def channel_maxima(fp32_path: Path, targets, batches: list[dict]) -> dict[str, np.ndarray]:

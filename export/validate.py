@@ -14,6 +14,7 @@ from pruner_model.inference.agreement import (
     VALIDATION_PASSAGES,
     VALIDATION_QUERIES,
     keep_decisions,
+    validation_items,
 )
 
 __all__ = ["VALIDATION_PASSAGES", "VALIDATION_QUERIES", "keep_decisions", "sample_inputs", "validate_export"]
@@ -33,7 +34,7 @@ def sample_inputs(tokenizer, config, queries=None, passages=None) -> dict[str, n
     return {name: pad_rows(rows, pad_value(name, pad)) for name, rows in w.features.items()}
 
 
-def validate_export(model, tokenizer, output_dir: Path, with_int8: bool) -> dict:
+def validate_export(model, tokenizer, output_dir: Path) -> dict:
     """Score the validation pairs through the one scoring path with torch and with the exported
     graph; token probabilities and passage relevance must agree within ``FP32_TOLERANCE``."""
     from pruner_model.core.alignment import unit_bounds
@@ -52,10 +53,7 @@ def validate_export(model, tokenizer, output_dir: Path, with_int8: bool) -> dict
     token_diff = max(float(np.abs(a - b).max()) for a, b in zip(scored[0].token_probs, scored[1].token_probs))
     rel_diff = max(abs(a.relevance - b.relevance) for a, b in zip(scored[0].pairs, scored[1].pairs))
     diff = max(token_diff, rel_diff)
-    report = {"fp32_max_abs_diff": diff, "fp32_tolerance": FP32_TOLERANCE, "fp32_ok": diff <= FP32_TOLERANCE}
-    if with_int8:
-        report.update(int8_agreement(output_dir, tokenizer, model.config))
-    return report
+    return {"fp32_max_abs_diff": diff, "fp32_tolerance": FP32_TOLERANCE, "fp32_ok": diff <= FP32_TOLERANCE}
 
 
 def int8_agreement(output_dir: Path, tokenizer, config, items=None) -> dict:
@@ -64,7 +62,7 @@ def int8_agreement(output_dir: Path, tokenizer, config, items=None) -> dict:
     from pruner_model.inference.pruner import ContextPruner
 
     if items is None:
-        items = [(q, VALIDATION_PASSAGES) for q in VALIDATION_QUERIES]
+        items = validation_items()
     fp32 = ContextPruner(OnnxBackend.from_pretrained(output_dir, device="cpu"), tokenizer, config)
     int8 = ContextPruner(
         OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=True), tokenizer, config
