@@ -51,6 +51,27 @@ def token_counter(spec) -> Counter | None:
     return _named_counter(spec)
 
 
+def served_counters(names: Sequence[str]) -> tuple[str, ...]:
+    """The budget tokenizers a server lets a request choose: the pruner's own and ``names``, each
+    loaded now, so that a bad name fails the start, not a request."""
+    for name in names:
+        token_counter(name)
+    return (PRUNER, *names)
+
+
+def check_served(name, served: tuple[str, ...]) -> None:
+    """A request's ``budget_tokenizer`` must be one of ``served`` (:func:`served_counters`): a
+    client cannot make a server load a folder or hub id of its choosing.
+
+    Raises:
+        ValueError: it is not.
+    """
+    if name is not None and name not in served:
+        raise ValueError(
+            f"budget_tokenizer {name!r} is not served here; this server counts with: {', '.join(served)}"
+        )
+
+
 def _callable_counter(fn) -> Counter:
     def count(texts: Sequence[str]) -> np.ndarray:
         out = np.empty(len(texts), dtype=np.int64)

@@ -23,6 +23,7 @@ from urllib.parse import unquote
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from pruner_model.inference.budget import check_served, served_counters
 from pruner_model.inference.settings import selection_body_fields
 from pruner_model.integrations._common import load_pruner
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,7 +96,7 @@ def build_server(
     options such as ``quantized=True``) and the registered ``documents`` (``{"id", "title"?,
     "text"}``). ``budget_tokenizers``: the ``budget_tokenizer`` names a call may choose (loaded
     now), as the HTTP server allows: an agent cannot make it load a folder or hub id of its own."""
-    served = _served_tokenizers(budget_tokenizers)
+    served = served_counters(budget_tokenizers)
     pruner = load_pruner(model, **loader)
     docs = {str(d["id"]): d for d in documents or []}
     server = MCPServer(
@@ -113,12 +114,8 @@ def build_server(
         given = [p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in passages]
         defaults = {name: info.default for name, (_, info) in selection_body_fields().items()}
         changed = {k: v for k, v in settings.items() if v != defaults.get(k)}
-        if changed.get("budget_tokenizer") not in (None, *served):
-            raise ToolError(
-                f"budget_tokenizer {changed['budget_tokenizer']!r} is not served here; this server counts "
-                f"with: {', '.join(served)}"
-            )
         try:
+            check_served(changed.get("budget_tokenizer"), served)
             result = pruner.prune(query, given, **changed)
         except (ValueError, TypeError) as exc:  # the agent's input: it reads the reason and retries
             raise ToolError(str(exc)) from None
@@ -156,16 +153,6 @@ def _forbid_unknown_arguments(server: MCPServer, name: str) -> None:
 
     Strict.__name__ = base.__name__
     tool.fn_metadata.arg_model = Strict
-
-
-def _served_tokenizers(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The budget tokenizers a call may name: the pruner's and ``names``, each loaded now so that a
-    bad name fails the start, not a call."""
-    from pruner_model.inference.budget import PRUNER, token_counter
-
-    for name in names:
-        token_counter(name)
-    return (PRUNER, *names)
 
 
 def _add_documents(server: MCPServer, pruner, docs: dict[str, dict]) -> None:

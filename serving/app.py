@@ -11,7 +11,7 @@ never on the event loop, before it joins a micro-batch; every request has a dead
 
 from __future__ import annotations
 
-from pruner_model.inference.budget import token_counter
+from pruner_model.inference.budget import served_counters
 from pruner_model.inference.pruner import ContextPruner
 from pruner_model.serving.batcher import MicroBatcher, self_check
 from pruner_model.serving.guards import install_guards
@@ -50,8 +50,7 @@ def create_app(
     from fastapi.responses import JSONResponse
 
     limits = limits or ServerLimits()
-    for name in limits.budget_tokenizers:  # loaded now: a bad name fails the start, not a request
-        token_counter(name)
+    served_counters(limits.budget_tokenizers)  # loaded now: a bad name fails the start, not a request
     if check:
         self_check(pruner)
     metrics = Metrics()

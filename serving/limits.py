@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from pruner_model.core.alignment import count_tokens
-from pruner_model.inference.budget import PRUNER
+from pruner_model.inference.budget import PRUNER, check_served
 from pruner_model.inference.pruner import ContextPruner
 from pruner_model.inference.requests import PruneRequest
 from pruner_model.inference.settings import MUST_KEEP_SECONDS, SelectionParams
@@ -91,12 +91,10 @@ class RequestChecks:
         self, query: str, passages: list, settings: dict, must_keep_deadline: float | None = None
     ) -> PruneRequest:
         """A request checked and segmented now: a batch never fails on this request's text."""
-        counter = settings.get("budget_tokenizer")
-        if counter not in (None, PRUNER, *self.limits.budget_tokenizers):
-            served = ", ".join((PRUNER, *self.limits.budget_tokenizers))
-            raise self._error(
-                422, f"budget_tokenizer {counter!r} is not served here; this server counts with: {served}"
-            )
+        try:
+            check_served(settings.get("budget_tokenizer"), (PRUNER, *self.limits.budget_tokenizers))
+        except ValueError as exc:
+            raise self._error(422, str(exc)) from None
         if settings.get("summarize") and self.pruner.summarizer is None:
             raise self._error(
                 422,
