@@ -8,6 +8,7 @@ Keys come from the settings or the environment and are never logged.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -59,6 +60,14 @@ class Accounting:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+
+
+class _OutOfTime(Exception):
+    """The call's deadline passed while its answer was still arriving."""
+
+
+class _BadAnswer(Exception):
+    """The endpoint answered 2xx with a body that is not a chat completion (retried)."""
 
 
 class TransportError(RuntimeError):
@@ -128,9 +137,36 @@ class ChatEndpoint:
             return None
         return min(max(delay, 0.0), self.s.backoff_max)
 
+    def _create(self, kwargs: dict, deadline: float | None):
+        """``chat.completions.create(**kwargs)``, bounded as a whole by ``deadline``: the answer is
+        read chunk by chunk and the connection closed once the deadline passes (the client's timeout
+        bounds each read only, so an endpoint that sends a byte a second would hold the call for as
+        long as it likes)."""
+        completions = self.client.chat.completions
+        streaming = getattr(getattr(completions, "with_streaming_response", None), "create", None)
+        if deadline is None or streaming is None:  # no deadline, or a client without raw responses
+            return completions.create(**kwargs)
+        from openai.types.chat import ChatCompletion
+
+        body = bytearray()
+        with streaming(**kwargs) as raw:
+            for chunk in raw.iter_bytes():
+                body += chunk
+                if time.monotonic() > deadline:
+                    raise _OutOfTime
+        try:
+            data = json.loads(bytes(body))
+        except (ValueError, UnicodeDecodeError):
+            raise _BadAnswer("the endpoint's answer is not JSON") from None
+        if not isinstance(data, dict):
+            raise _BadAnswer("the endpoint's answer is not a JSON object")
+        return ChatCompletion.construct(**data)
+
     def _is_retryable(self, exc) -> bool:
         import openai
 
+        if isinstance(exc, _BadAnswer):
+            return True
         if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | openai.RateLimitError):
             return True
         if isinstance(exc, openai.APIStatusError):
@@ -193,7 +229,7 @@ class ChatEndpoint:
                 usage["requests"] = usage.get("requests", 0) + 1
             try:
                 self.acc.add(requests=1)
-                resp = self.client.chat.completions.create(**kwargs)
+                resp = self._create(kwargs, deadline)
             except Exception as exc:
                 status = getattr(exc, "status_code", None)
                 if (
@@ -205,6 +241,8 @@ class ChatEndpoint:
                     # this server does not take this kind of structured output: step down once
                     self.structured = "auto_json_object" if mode == "auto" else "none"
                     continue
+                if isinstance(exc, _OutOfTime):
+                    raise TransportError(f"out of time after {attempt} retries") from None
                 if isinstance(exc, openai.BadRequestError):
                     raise TransportError(f"request rejected by the endpoint: {exc.status_code}") from None
                 if not self._is_retryable(exc) or attempt >= self.s.max_retries:
