@@ -9,6 +9,11 @@ chosen together so that every calibration slice still keeps its promised share o
 (:mod:`pruner_model.evaluation.threshold_fit`). A request is thresholded by its band's threshold;
 ``min_relevance`` drops the passages the relevance head rates under it.
 
+A second linear score of the same features may say how likely the request's passages hold an
+answer at all (a logistic classifier of calibration groups with evidence against those without);
+requests under ``answer_edge`` are thresholded by their band's ``unlikely_thresholds`` instead, so
+that a request whose retriever found nothing can be handed on almost empty.
+
 It lives in ``config.json`` as ``threshold_model`` (plain numbers, no code), so a torch checkpoint,
 its ONNX export and its int8 file apply the same one.
 """
@@ -22,6 +27,7 @@ import numpy as np
 from pruner_model.core.request_features import FEATURES
 
 FIELDS = ("features", "mean", "scale", "weights", "bias", "edges", "thresholds", "min_relevance")
+ANSWER_FIELDS = ("answer_weights", "answer_bias", "answer_edge", "unlikely_thresholds")  # all or none
 
 
 def _numbers(xs) -> bool:
@@ -40,6 +46,12 @@ class ThresholdModel:
     edges: tuple[float, ...]  # ascending score edges between bands (one fewer than thresholds)
     thresholds: tuple[float, ...]  # each band's threshold, lowest score band first
     min_relevance: float | None = None  # the passage relevance gate of the default operating point
+    # how likely the passages hold an answer (higher: likelier), and the band thresholds of the
+    # requests under answer_edge; None: one threshold a band
+    answer_weights: tuple[float, ...] | None = None
+    answer_bias: float | None = None
+    answer_edge: float | None = None
+    unlikely_thresholds: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.features)
@@ -60,23 +72,55 @@ class ThresholdModel:
             raise ValueError("threshold_model band edges must be ascending")
         if not all(0.0 <= t <= 1.0 for t in self.thresholds):
             raise ValueError("threshold_model thresholds must be in [0, 1]")
+        answer = [getattr(self, k) for k in ANSWER_FIELDS]
+        if any(v is None for v in answer) and any(v is not None for v in answer):
+            raise ValueError(f"threshold_model needs all of {', '.join(ANSWER_FIELDS)} or none")
+        if self.answer_weights is not None:
+            if len(self.answer_weights) != n or len(self.unlikely_thresholds) != len(self.thresholds):
+                raise ValueError(f"threshold_model needs {n} answer weights and a threshold a band")
+            if not _numbers(
+                (*self.answer_weights, self.answer_bias, self.answer_edge, *self.unlikely_thresholds)
+            ):
+                raise ValueError("threshold_model holds a value that is not a finite number")
+            if not all(0.0 <= t <= 1.0 for t in self.unlikely_thresholds):
+                raise ValueError("threshold_model thresholds must be in [0, 1]")
         if self.min_relevance is not None and not (
             _numbers([self.min_relevance]) and 0 <= self.min_relevance <= 1
         ):
             raise ValueError("threshold_model min_relevance must be null or in [0, 1]")
 
+    def _standard(self, features: np.ndarray) -> np.ndarray:
+        return (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
+
     def scores(self, features: np.ndarray) -> np.ndarray:
         """The band score of each request (``[n]`` for ``[n, d]`` features): higher looks like
         text whose evidence survives a higher threshold."""
-        z = (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
-        return z @ np.asarray(self.weights) + self.bias
+        return self._standard(features) @ np.asarray(self.weights) + self.bias
+
+    def answer_scores(self, features: np.ndarray) -> np.ndarray | None:
+        """How likely each request's passages hold an answer (higher: likelier); None without."""
+        if self.answer_weights is None:
+            return None
+        return self._standard(features) @ np.asarray(self.answer_weights) + self.answer_bias
 
     def bands(self, features: np.ndarray) -> np.ndarray:
         return np.searchsorted(np.asarray(self.edges), self.scores(features))
 
+    def unlikely(self, features: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: the requests thresholded by ``unlikely_thresholds``."""
+        answer = self.answer_scores(features)
+        if answer is None:
+            return np.zeros(len(np.atleast_2d(features)), dtype=bool)
+        return answer < self.answer_edge
+
     def thresholds_of(self, features: np.ndarray) -> np.ndarray:
         """Each request's threshold (``features``: ``[n, d]``)."""
-        return np.asarray(self.thresholds)[self.bands(features)]
+        bands = self.bands(features)
+        out = np.asarray(self.thresholds)[bands]
+        if self.unlikely_thresholds is not None:
+            low = self.unlikely(features)
+            out[low] = np.asarray(self.unlikely_thresholds)[bands[low]]
+        return out
 
     def threshold(self, features: np.ndarray) -> float:
         """One request's threshold (``features``: ``[d]``)."""
@@ -84,18 +128,37 @@ class ThresholdModel:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("features", "mean", "scale", "weights", "edges", "thresholds"):
-            d[k] = [x if isinstance(x, str) else float(x) for x in d[k]]
+        if self.answer_weights is None:  # a file without the answer split reads as before
+            for k in ANSWER_FIELDS:
+                del d[k]
+        for k in (
+            "features",
+            "mean",
+            "scale",
+            "weights",
+            "edges",
+            "thresholds",
+            "answer_weights",
+            "unlikely_thresholds",
+        ):
+            if k in d:
+                d[k] = [x if isinstance(x, str) else float(x) for x in d[k]]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ThresholdModel:
         if not isinstance(d, dict):
             raise ValueError("threshold_model must be a JSON object")
-        missing, extra = set(FIELDS) - set(d), set(d) - set(FIELDS)
+        missing, extra = set(FIELDS) - set(d), set(d) - set(FIELDS) - set(ANSWER_FIELDS)
         if missing or extra:
             raise ValueError(f"threshold_model fields: missing {sorted(missing)}, unknown {sorted(extra)}")
         lists = ("features", "mean", "scale", "weights", "edges", "thresholds")
-        if not all(isinstance(d[k], list) for k in lists):
-            raise ValueError(f"threshold_model fields {', '.join(lists)} must be lists")
-        return cls(**{k: tuple(d[k]) if k in lists else d[k] for k in FIELDS})
+        optional = ("answer_weights", "unlikely_thresholds")
+        if not all(isinstance(d[k], list) for k in lists) or not all(
+            isinstance(d.get(k), list | None) for k in optional
+        ):
+            raise ValueError(f"threshold_model fields {', '.join(lists + optional)} must be lists")
+        return cls(
+            **{k: tuple(d[k]) if k in lists else d[k] for k in FIELDS},
+            **{k: tuple(d[k]) if k in optional and d.get(k) is not None else d.get(k) for k in ANSWER_FIELDS},
+        )

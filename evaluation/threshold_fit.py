@@ -14,6 +14,13 @@ on calibration slices.
    slice weighing the same) while every slice still keeps the target (with ``confidence``, the
    count :func:`required_kept` asks for given the slice's size), until no move is left.
 
+4. Optionally (the fit tries none and each of :data:`ANSWER_SHARES`, and keeps what compresses
+   most), a second logistic regression on the same features tells the groups with evidence from
+   those without; the share of calibration groups it rates least likely answered get a threshold
+   a band of their own, raised by the same moves. Requests whose retriever found nothing are
+   handed on nearly empty where the features can tell them, and where they cannot, nothing is lost:
+   the answered groups among them still count towards every slice's target.
+
 So every slice keeps its promise, as under one threshold, while requests that look like easy text
 are thresholded like easy text. docs/design.md says why and how it was measured.
 """
@@ -33,6 +40,7 @@ from pruner_model.evaluation.statistics import required_kept
 CANDIDATES = np.logspace(-4.5, -0.3, 80)  # thresholds a band may take (relative to the best unit)
 GATES = (None, 0.02, 0.05)  # passage relevance gates tried with the bands
 STEPS = (1, 2, 4, 8)  # candidate steps one move may take
+ANSWER_SHARES = (0.1, 0.2, 0.3)  # shares of requests the answer split may set apart (or none)
 MIN_SPREAD = 4.0  # the slices' own thresholds must span this factor for bands to pay
 
 
@@ -97,38 +105,37 @@ def _table(groups: list[ScoredGroup], gate: float | None, target: float, confide
     )
 
 
-def _bands(tables: list[_Table], bands: list[np.ndarray], k: int) -> tuple[np.ndarray, float] | None:
-    """Each band's candidate index (see the module docstring, step 3) and the mean compression;
-    None when even the lowest candidate misses the target on some slice."""
-    ev_bands = [b[t.with_evidence] for t, b in zip(tables, bands)]
+def _cells(tables: list[_Table], cells: list[np.ndarray], k: int) -> tuple[np.ndarray, float] | None:
+    """Each cell's candidate index (see the module docstring, step 3) and the mean compression;
+    None when even the lowest candidate misses the target on some slice. ``cells``: each slice's
+    groups' cell in ``range(k)``."""
+    ar = np.arange(k)
+    # per slice and cell: tokens kept, and groups keeping all their evidence, at every candidate
+    kept = np.stack([[t.kept_tokens[c == j].sum(0) for j in ar] for t, c in zip(tables, cells)])
+    evidence = np.stack(
+        [[t.evidence[c[t.with_evidence] == j].sum(0) for j in ar] for t, c in zip(tables, cells)]
+    )
+    need = np.array([t.need for t in tables])
+    total = np.array([max(t.total, 1.0) for t in tables])
 
     def feasible(idx):
-        return all(
-            t.evidence[np.arange(len(t.evidence)), idx[b]].sum() >= t.need for t, b in zip(tables, ev_bands)
-        )
+        return bool((evidence[:, ar, idx].sum(1) >= need).all())
 
     def compression(idx):
-        return float(
-            np.mean(
-                [
-                    1 - t.kept_tokens[np.arange(len(b)), idx[b]].sum() / max(t.total, 1)
-                    for t, b in zip(tables, bands)
-                ]
-            )
-        )
+        return float(np.mean(1 - kept[:, ar, idx].sum(1) / total))
 
     idx = np.zeros(k, dtype=np.int64)
     if not feasible(idx):
         return None
-    while idx[0] < len(CANDIDATES) - 1 and feasible(idx + 1):  # one threshold for all bands first
+    while idx[0] < len(CANDIDATES) - 1 and feasible(idx + 1):  # one threshold for all cells first
         idx += 1
     while True:
         best = None
-        for band in range(k):
+        for cell in range(k):
             for step in STEPS:
                 move = idx.copy()
-                move[band] = min(move[band] + step, len(CANDIDATES) - 1)
-                if move[band] == idx[band] or not feasible(move):
+                move[cell] = min(move[cell] + step, len(CANDIDATES) - 1)
+                if move[cell] == idx[cell] or not feasible(move):
                     continue
                 c = compression(move)
                 if best is None or c > best[0] + 1e-12:
@@ -138,6 +145,23 @@ def _bands(tables: list[_Table], bands: list[np.ndarray], k: int) -> tuple[np.nd
         idx = best[1]
 
 
+def _answer_splits(slices: list[FitSlice], mean, scale, l2: float, shares) -> list:
+    """``(None, None, None)`` (no split) and, for each share, the answerability classifier's
+    weights, bias and the edge under which that share of the calibration groups falls."""
+    out: list = [(None, None, None)]
+    has = np.concatenate([[g.has_evidence for g in s.groups] for s in slices]).astype(float)
+    if not shares or has.min() == has.max():  # every group answered (or none): nothing to tell apart
+        return out
+    Z = np.concatenate([(s.features - mean) / scale for s in slices])
+    zm, zs, weights, bias = _logistic(Z, has, l2)  # weights on Z standardized again: fold that in
+    w = weights / zs
+    b = bias - float(zm @ w)
+    score = Z @ w + b
+    for share in shares:
+        out.append((w, b, float(np.quantile(score, share))))
+    return out
+
+
 def fit_threshold_model(
     slices: list[FitSlice],
     target: float,
@@ -145,6 +169,7 @@ def fit_threshold_model(
     bands: int = 8,
     l2: float = 1.0,
     gates: tuple[float | None, ...] = GATES,
+    answer_shares: tuple[float, ...] = ANSWER_SHARES,
 ) -> ThresholdModel | None:
     """The per-request threshold model of ``slices`` (see the module docstring); None when the
     slices' own thresholds lie within a factor :data:`MIN_SPREAD` (one threshold serves them all)."""
@@ -163,15 +188,32 @@ def fit_threshold_model(
     score = [((s.features - mean) / scale) @ weights + bias for s in slices]
     edges = np.quantile(np.concatenate(score), np.linspace(0, 1, bands + 1)[1:-1])
     band_of = [np.searchsorted(edges, sc) for sc in score]
+    splits = _answer_splits(slices, mean, scale, l2, answer_shares)
     best = None
     for gate in gates:
         tables = [_table(s.groups, gate, target, confidence) for s in slices]
-        found = _bands(tables, band_of, bands)
-        if found is not None and (best is None or found[1] > best[0] + 1e-12):
-            best = (found[1], found[0], gate)
+        for w, b, edge in splits:
+            cells = band_of
+            if w is not None:  # requests unlikely to hold an answer get cells of their own
+                cells = [
+                    bo + bands * (((s.features - mean) / scale) @ w + b < edge)
+                    for bo, s in zip(band_of, slices)
+                ]
+            found = _cells(tables, cells, bands if w is None else 2 * bands)
+            if found is not None and (best is None or found[1] > best[0] + 1e-12):
+                best = (found[1], found[0], gate, (w, b, edge))
     if best is None:
         return None
-    _, idx, gate = best
+    _, idx, gate, (w, b, edge) = best
+    answer = {}
+    if w is not None:
+        answer = dict(
+            answer_weights=tuple(float(x) for x in w),
+            answer_bias=float(b),
+            answer_edge=edge,
+            unlikely_thresholds=tuple(float(CANDIDATES[i]) for i in idx[bands:]),
+        )
+        idx = idx[:bands]
     return ThresholdModel(
         features=FEATURES,
         mean=tuple(float(x) for x in mean),
@@ -181,6 +223,7 @@ def fit_threshold_model(
         edges=tuple(float(x) for x in edges),
         thresholds=tuple(float(CANDIDATES[i]) for i in idx),
         min_relevance=gate,
+        **answer,
     )
 
 

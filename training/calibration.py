@@ -135,7 +135,14 @@ def _log_calibration(result: Calibration, c, n_groups: int, precision: Precision
         logger.info(
             "per-request threshold (the default; "
             + ", ".join(f"{t:.4f}" for t in result.threshold_model.thresholds)
-            + f" by band, relevance gate {result.threshold_model.min_relevance}): "
+            + " by band"
+            + (
+                ""
+                if result.threshold_model.unlikely_thresholds is None
+                else "; requests unlikely to hold an answer "
+                + ", ".join(f"{t:.4f}" for t in result.threshold_model.unlikely_thresholds)
+            )
+            + f", relevance gate {result.threshold_model.min_relevance}): "
             f"as_is kept {metrics['evidence_preserved']:.3f} compression {metrics['compression']:.3f}, "
             + ", ".join(
                 f"{k.removeprefix('source:')} {v['evidence_preserved']:.3f} / {v['compression']:.3f}"

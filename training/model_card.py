@@ -110,6 +110,12 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
             "the relevance head's confidence, the question's form, the passages' style), and each band's "
             f"threshold ({', '.join(f'{t:.4f}' for t in tm['thresholds'])}) was chosen so that every "
             "calibration slice keeps the target"
+            + (
+                "; requests the features rate unlikely to hold an answer at all get a band threshold of "
+                f"their own ({', '.join(f'{t:.4f}' for t in tm['unlikely_thresholds'])})"
+                if tm.get("unlikely_thresholds")
+                else ""
+            )
             + (f", behind a passage relevance gate of {gate}" if gate is not None else "")
             + f". `threshold={config.threshold:.4f}` is the one threshold that holds on every slice at once"
             f"{shifted}; it keeps more on most text. Measured on dev groups that were not used to calibrate it:"

@@ -49,6 +49,50 @@ def test_every_slice_keeps_the_target_and_easy_text_compresses_as_its_own_thresh
             assert single < 0.5 and m["compression"] >= 0.85 * own, (single, m["compression"], own)
 
 
+ANSWER = FEATURES.index("best_relevance")  # the feature that tells answer-less requests apart here
+
+
+def _with_answerless(s: FitSlice, share: float, seed: int) -> FitSlice:
+    """``s`` with ``share`` of its groups' evidence taken away (the retriever found nothing) and
+    the answer feature low on those groups only."""
+    rng = np.random.default_rng(seed)
+    groups, feats = list(s.groups), s.features.copy()
+    feats[:, ANSWER] = rng.normal(0.0, 0.5, len(groups))
+    for i in rng.choice(len(groups), int(share * len(groups)), replace=False):
+        g = groups[i]
+        groups[i] = ScoredGroup(g.scores, np.zeros_like(g.labels), g.tokens, relevance=g.relevance)
+        feats[i, ANSWER] = rng.normal(-3.0, 0.5)
+    return FitSlice(s.name, groups, feats)
+
+
+def _answerless_kept(model: ThresholdModel, s: FitSlice) -> tuple[float, float]:
+    """Share of the answer-less groups' tokens kept, and evidence kept, at the model's default."""
+    default = RequestDefault(model.thresholds_of(s.features), model.min_relevance)
+    masks = default.masks(s.groups)
+    none = [k for k, g in enumerate(s.groups) if not g.has_evidence]
+    kept = sum(int(s.groups[k].tokens[masks[k]].sum()) for k in none) / sum(
+        int(s.groups[k].tokens.sum()) for k in none
+    )
+    return kept, metrics_at(s.groups, float("nan"), masks)["evidence_preserved"]
+
+
+def test_requests_unlikely_to_hold_an_answer_are_handed_on_nearly_empty():
+    fit = [_with_answerless(_slice("easy", 400, False, 0), 0.2, 10), _slice("hard", 400, True, 1)]
+    fit[1] = _with_answerless(fit[1], 0.2, 11)
+    split = fit_threshold_model(fit, 0.95, bands=4)
+    plain = fit_threshold_model(fit, 0.95, bands=4, answer_shares=())
+    assert split.unlikely_thresholds is not None and plain.unlikely_thresholds is None
+    for k, s in enumerate((_slice("easy", 400, False, 2), _slice("hard", 400, True, 3))):  # new groups
+        s = _with_answerless(s, 0.2, 12 + k)
+        kept, evidence = _answerless_kept(split, s)
+        kept_plain, _ = _answerless_kept(plain, s)
+        assert evidence >= 0.92, (s.name, evidence)
+        assert kept <= 0.25, (s.name, kept)
+        if s.name == "hard":  # without the split, its band's low threshold keeps their noise
+            assert kept_plain > 0.5, kept_plain
+    assert ThresholdModel.from_dict(json.loads(json.dumps(split.to_dict()))) == split
+
+
 def test_slices_that_need_the_same_threshold_get_no_model():
     assert fit_threshold_model([_slice("a", 200, False, 0), _slice("b", 200, False, 1)], 0.95) is None
 
@@ -69,6 +113,8 @@ def test_the_model_round_trips_and_a_damaged_one_is_refused():
             ThresholdModel.from_dict({**bad, key: value})
     with pytest.raises(ValueError, match="unknown"):
         ThresholdModel.from_dict({**bad, "shift": 1.0})
+    with pytest.raises(ValueError, match="all of"):  # half an answer split
+        ThresholdModel.from_dict({**bad, "answer_edge": 0.0})
 
 
 def _banded_checkpoint(path):
