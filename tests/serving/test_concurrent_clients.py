@@ -1,6 +1,6 @@
 """No client's request changes another's answer: a real `pruner serve`, six clients sending good
-requests at once while a seventh sends bodies over the token cap and an eighth sends cheap bad
-ones; every good answer is compared with the same request answered alone."""
+requests at once while others send bodies over the token cap (in tokens only, and 1.9 MB ones)
+and cheap malformed ones; every good answer is compared with the same request answered alone."""
 
 from __future__ import annotations
 
@@ -68,6 +68,12 @@ def test_every_answer_under_load_is_the_answer_given_alone(checkpoint):
                 while not stop.is_set():
                     refused.append(c.post(srv.url + "/v1/prune", json=big).status_code)
 
+        def huge():  # 1.9 MB bodies: refused by their word count before anything is segmented
+            body = {"query": "q?", "passages": [" ".join(SENTENCES) * 250] * 19}
+            with httpx.Client(timeout=60) as c:
+                while not stop.is_set():
+                    refused.append(c.post(srv.url + "/v1/prune", json=body).status_code)
+
         def cheap_bad():
             with httpx.Client(timeout=60) as c:
                 while not stop.is_set():
@@ -79,7 +85,9 @@ def test_every_answer_under_load_is_the_answer_given_alone(checkpoint):
                         ).status_code
                     )
 
-        noisy = [threading.Thread(target=over_cap) for _ in range(2)] + [threading.Thread(target=cheap_bad)]
+        noisy = [threading.Thread(target=over_cap) for _ in range(2)] + [
+            threading.Thread(target=f) for f in (huge, cheap_bad)
+        ]
         clients = [threading.Thread(target=good, args=(k,)) for k in range(6)]
         for t in noisy + clients:
             t.start()
