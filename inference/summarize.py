@@ -97,13 +97,26 @@ def _norm(text: str) -> str:
 
 def facts_of(text: str, must_keep: Sequence[str] = ()) -> list[str]:
     """The facts a summary of ``text`` must keep: numbers, dates, identifiers, URLs, e-mail
-    addresses and the matches of the ``must_keep`` patterns, in order, without repeats."""
-    from pruner_model.inference.settings import compile_pattern
+    addresses and the matches of the ``must_keep`` patterns, in order, without repeats.
+
+    Raises:
+        ValueError: a pattern ran over the must_keep time budget on ``text``."""
+    from pruner_model.inference.settings import MUST_KEEP_SECONDS, compile_pattern
 
     found = [m.group(0) for m in _FACTS.finditer(text)]
     found += [m.group(0) for m in _MONTH_DATE.finditer(text)]
     for pattern in must_keep:
-        found += [m.group(0) for m in compile_pattern(pattern).finditer(text, timeout=1.0) if m.group(0)]
+        try:
+            found += [
+                m.group(0)
+                for m in compile_pattern(pattern).finditer(text, timeout=MUST_KEEP_SECONDS, concurrent=True)
+                if m.group(0)
+            ]
+        except TimeoutError:  # fast on each sentence, catastrophic on a chunk of them: as selection says
+            raise ValueError(
+                f"must_keep pattern {pattern!r} ran over {MUST_KEEP_SECONDS:g} s on this text "
+                "(catastrophic backtracking?): simplify it"
+            ) from None
     return list(dict.fromkeys(f for f in found if f.strip()))
 
 

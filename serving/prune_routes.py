@@ -41,7 +41,10 @@ def prune_router(served: Served):
             call = loop.run_in_executor(
                 summarizer_threads, served.pruner.summarize, results, params, None, left
             )
-            results = await served.within_deadline(call)
+            try:
+                results = await served.within_deadline(call)
+            except ValueError as exc:  # a must_keep pattern the fact guard could not run in time
+                raise HTTPException(422, str(exc)) from None
         latency = time.perf_counter() - t0
         for r in results:
             metrics.record(

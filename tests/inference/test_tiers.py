@@ -366,3 +366,32 @@ def test_a_damaged_summary_cache_is_named_in_one_line(tmp_path):
         SummaryCache(bad)
     assert str(bad) in str(err.value) and "\n" not in str(err.value)
     assert bad.read_bytes() == b"this is not a database" * 100
+
+
+SLOW_ON_CHUNKS = r"(x|xx|\. )+z\d"  # fast on each sentence below, backtracks for seconds across them
+
+
+def test_a_pattern_catastrophic_only_on_a_joined_chunk_is_the_selection_error(pruner):
+    passage = "The tower was designed by Gustave Eiffel's company. " + " ".join(
+        "x" * n + "." for n in (15, 14, 16)
+    )
+    passage += " z z."
+    settings = {"threshold": 1.0, "summary_threshold": 0.0}  # every sentence in the middle tier
+    with pytest.raises(ValueError, match="must_keep pattern .* ran over 1 s"):
+        pruner.prune(
+            QUERY, [passage], summarize=Recorder(first_words), must_keep=[SLOW_ON_CHUNKS], **settings
+        )
+    pruner.summarizer = Recorder(first_words)
+    try:
+        with TestClient(create_app(pruner, limits=ServerLimits())) as client:
+            body = {
+                "query": QUERY,
+                "passages": [passage],
+                "summarize": True,
+                "must_keep": [SLOW_ON_CHUNKS],
+                **settings,
+            }
+            r = client.post("/v1/prune", json=body)
+            assert r.status_code == 422 and "ran over 1 s" in r.json()["detail"], r.text
+    finally:
+        pruner.summarizer = None
