@@ -162,6 +162,17 @@ class ChatEndpoint:
             raise _BadAnswer("the endpoint's answer is not a JSON object")
         return ChatCompletion.construct(**data)
 
+    @staticmethod
+    def _refuses_structure(exc, mode: str) -> bool:
+        """The server does not take this kind of structured output (``auto`` modes only)."""
+        status = getattr(exc, "status_code", None)
+        return (
+            mode.startswith("auto")
+            and status is not None
+            and status >= 400
+            and (status in (400, 422) or "response_format" in str(exc))
+        )
+
     def _is_retryable(self, exc) -> bool:
         import openai
 
@@ -231,14 +242,7 @@ class ChatEndpoint:
                 self.acc.add(requests=1)
                 resp = self._create(kwargs, deadline)
             except Exception as exc:
-                status = getattr(exc, "status_code", None)
-                if (
-                    mode.startswith("auto")
-                    and status is not None
-                    and status >= 400
-                    and (status in (400, 422) or "response_format" in str(exc))
-                ):
-                    # this server does not take this kind of structured output: step down once
+                if self._refuses_structure(exc, mode):  # step down once to a plainer kind
                     self.structured = "auto_json_object" if mode == "auto" else "none"
                     continue
                 if isinstance(exc, _OutOfTime):

@@ -105,10 +105,14 @@ def _table(groups: list[ScoredGroup], gate: float | None, target: float, confide
     )
 
 
-def _cells(tables: list[_Table], cells: list[np.ndarray], k: int) -> tuple[np.ndarray, float] | None:
+def _cells(
+    tables: list[_Table], cells: list[np.ndarray], k: int, criterion: str = "gain"
+) -> tuple[np.ndarray, float] | None:
     """Each cell's candidate index (see the module docstring, step 3) and the mean compression;
     None when even the lowest candidate misses the target on some slice. ``cells``: each slice's
-    groups' cell in ``range(k)``."""
+    groups' cell in ``range(k)``. ``criterion``: each move is the one that compresses most
+    (``gain``) or most per answer it costs, each slice's answers counted as shares of those it must
+    keep (``ratio``)."""
     ar = np.arange(k)
     # per slice and cell: tokens kept, and groups keeping all their evidence, at every candidate
     kept = np.stack([[t.kept_tokens[c == j].sum(0) for j in ar] for t, c in zip(tables, cells)])
@@ -118,8 +122,11 @@ def _cells(tables: list[_Table], cells: list[np.ndarray], k: int) -> tuple[np.nd
     need = np.array([t.need for t in tables])
     total = np.array([max(t.total, 1.0) for t in tables])
 
+    def kept_evidence(idx):
+        return evidence[:, ar, idx].sum(1)
+
     def feasible(idx):
-        return bool((evidence[:, ar, idx].sum(1) >= need).all())
+        return bool((kept_evidence(idx) >= need).all())
 
     def compression(idx):
         return float(np.mean(1 - kept[:, ar, idx].sum(1) / total))
@@ -130,7 +137,7 @@ def _cells(tables: list[_Table], cells: list[np.ndarray], k: int) -> tuple[np.nd
     while idx[0] < len(CANDIDATES) - 1 and feasible(idx + 1):  # one threshold for all cells first
         idx += 1
     while True:
-        best = None
+        best, now = None, compression(idx)
         for cell in range(k):
             for step in STEPS:
                 move = idx.copy()
@@ -138,6 +145,9 @@ def _cells(tables: list[_Table], cells: list[np.ndarray], k: int) -> tuple[np.nd
                 if move[cell] == idx[cell] or not feasible(move):
                     continue
                 c = compression(move)
+                if criterion == "ratio":
+                    cost = float(((kept_evidence(idx) - kept_evidence(move)) / np.maximum(need, 1)).sum())
+                    c = (c - now) / (cost + 1e-6)
                 if best is None or c > best[0] + 1e-12:
                     best = (c, move)
         if best is None:
@@ -145,20 +155,23 @@ def _cells(tables: list[_Table], cells: list[np.ndarray], k: int) -> tuple[np.nd
         idx = best[1]
 
 
-def _answer_splits(slices: list[FitSlice], mean, scale, l2: float, shares) -> list:
-    """``(None, None, None)`` (no split) and, for each share, the answerability classifier's
-    weights, bias and the edge under which that share of the calibration groups falls."""
-    out: list = [(None, None, None)]
+def _answer_splits(slices: list[FitSlice], mean, scale, l2: float, shares, band_of, bands: int) -> list:
+    """``(split, cells, cells' count)`` without an answer split (``split``: ``(None, None, None)``,
+    the bands are the cells) and, for each share, with one: ``split`` = the answerability
+    classifier's weights, bias and the edge under which that share of the calibration groups
+    falls, whose groups get cells of their own (``band + bands``)."""
+    out: list = [((None, None, None), band_of, bands)]
     has = np.concatenate([[g.has_evidence for g in s.groups] for s in slices]).astype(float)
     if not shares or has.min() == has.max():  # every group answered (or none): nothing to tell apart
         return out
-    Z = np.concatenate([(s.features - mean) / scale for s in slices])
-    zm, zs, weights, bias = _logistic(Z, has, l2)  # weights on Z standardized again: fold that in
+    Z = [(s.features - mean) / scale for s in slices]
+    zm, zs, weights, bias = _logistic(np.concatenate(Z), has, l2)  # on Z standardized again: fold in
     w = weights / zs
     b = bias - float(zm @ w)
-    score = Z @ w + b
+    answer = [z @ w + b for z in Z]
     for share in shares:
-        out.append((w, b, float(np.quantile(score, share))))
+        edge = float(np.quantile(np.concatenate(answer), share))
+        out.append(((w, b, edge), [bo + bands * (a < edge) for bo, a in zip(band_of, answer)], 2 * bands))
     return out
 
 
@@ -170,6 +183,7 @@ def fit_threshold_model(
     l2: float = 1.0,
     gates: tuple[float | None, ...] = GATES,
     answer_shares: tuple[float, ...] = ANSWER_SHARES,
+    criterion: str = "gain",
 ) -> ThresholdModel | None:
     """The per-request threshold model of ``slices`` (see the module docstring); None when the
     slices' own thresholds lie within a factor :data:`MIN_SPREAD` (one threshold serves them all)."""
@@ -188,20 +202,14 @@ def fit_threshold_model(
     score = [((s.features - mean) / scale) @ weights + bias for s in slices]
     edges = np.quantile(np.concatenate(score), np.linspace(0, 1, bands + 1)[1:-1])
     band_of = [np.searchsorted(edges, sc) for sc in score]
-    splits = _answer_splits(slices, mean, scale, l2, answer_shares)
+    splits = _answer_splits(slices, mean, scale, l2, answer_shares, band_of, bands)
     best = None
     for gate in gates:
         tables = [_table(s.groups, gate, target, confidence) for s in slices]
-        for w, b, edge in splits:
-            cells = band_of
-            if w is not None:  # requests unlikely to hold an answer get cells of their own
-                cells = [
-                    bo + bands * (((s.features - mean) / scale) @ w + b < edge)
-                    for bo, s in zip(band_of, slices)
-                ]
-            found = _cells(tables, cells, bands if w is None else 2 * bands)
+        for split, cells, k in splits:
+            found = _cells(tables, cells, k, criterion)
             if found is not None and (best is None or found[1] > best[0] + 1e-12):
-                best = (found[1], found[0], gate, (w, b, edge))
+                best = (found[1], found[0], gate, split)
     if best is None:
         return None
     _, idx, gate, (w, b, edge) = best

@@ -130,11 +130,11 @@ def fit(args) -> None:
     _evaluate(data, lambda X: float(t0), "one threshold")
     slices = [FitSlice(k, v[2], v[0]) for k, v in data["cal"].items()]
     for bands in args.bands:
-        for shares in ((), None):  # without the answer split, then with the fit's choice
+        for shares, criterion in (((), "gain"), (None, "gain"), (None, "ratio")):
             kw = {} if shares is None else {"answer_shares": shares}
-            model = fit_threshold_model(slices, target, bands=bands, **kw)
+            model = fit_threshold_model(slices, target, bands=bands, criterion=criterion, **kw)
             unlikely = model.unlikely_thresholds
-            label = f"{bands} bands" + (", answer split" if shares is None else "")
+            label = f"{bands} bands, {criterion}" + (", answer split" if shares is None else "")
             print(
                 f"{label}: thresholds {[round(t, 4) for t in model.thresholds]}, gate {model.min_relevance}"
                 + ("" if unlikely is None else f", unlikely {[round(t, 4) for t in unlikely]}")

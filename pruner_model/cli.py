@@ -29,6 +29,11 @@ COMMANDS = {
         "evaluate_main",
         "measure compression vs evidence kept",
     ),
+    "calibrate": (
+        "pruner_model.commands.calibrate",
+        "calibrate_main",
+        "calibrate the default threshold on labeled records of your text",
+    ),
     "prune": ("pruner_model.commands.prune", "prune_main", "prune passages for a query"),
     "export": ("pruner_model.commands.export", "export_main", "export a checkpoint to ONNX"),
     "serve": ("pruner_model.commands.serve", "serve_main", "serve a pruner over HTTP"),
