@@ -167,7 +167,7 @@ def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int
     from pruner_model.export.validate import int8_agreement
 
     onnx_path, int8_path = output_dir / "model.onnx", output_dir / "model.int8.onnx"
-    text = smoothing_text(records, config)
+    text = smoothing_text(records, config, groups)
     schemes = (["smoothed"] if text else []) + ["fp32 projections"]
     for k, scheme in enumerate(schemes):
         out = {"int8_per_channel": True, "int8_scheme": scheme, "int8_tried": schemes[: k + 1]}

@@ -22,16 +22,21 @@ ALPHA = 0.8  # the migration strength: chosen on the validation sentences (0.7-0
 GROUPS = 16  # groups whose windows give the channel maxima
 
 
-def smoothing_text(records: list[dict] | None, config) -> tuple[list, str] | None:
-    """``(groups, where they came from)``: the first ``GROUPS`` groups of the seeded permutation of
-    the labeled ``records`` given to the export; None without them."""
+def smoothing_text(records: list[dict] | None, config, judged: int = 0) -> tuple[list, str] | None:
+    """``(groups, where they came from)``: ``GROUPS`` groups of the seeded permutation of the
+    labeled ``records`` given to the export, taken after the first ``judged`` (those the int8
+    graph is judged on), or the first ones when the records hold no more; None without records."""
     from pruner_model.evaluation.groups import load_range
 
     if not records:
         return None
-    groups = load_range(records, 0, 0, GROUPS, config.segmenter_language, config.segmenter_structure)
-    groups = [g for g in groups if g.passages]
-    return (groups, "the calibration data") if groups else None
+    lang, structure = config.segmenter_language, config.segmenter_structure
+    groups = [g for g in load_range(records, 0, judged, judged + GROUPS, lang, structure) if g.passages]
+    where = f"the calibration data (groups {judged}-{judged + GROUPS - 1}, apart from those judged on)"
+    if not groups:  # a small file: the groups it is judged on are all there is
+        groups = [g for g in load_range(records, 0, 0, GROUPS, lang, structure) if g.passages]
+        where = "the calibration data (its first groups, also judged on: the file holds no others)"
+    return (groups, where) if groups else None
 
 
 def is_projection(name: str) -> bool:

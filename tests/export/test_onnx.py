@@ -361,7 +361,7 @@ def test_int8_is_smoothed_on_labeled_data_and_falls_back_when_that_fails(
     monkeypatch.setattr(quantization, "INT8_MAX_EVIDENCE_LOSS", 1.0)
     report = export_onnx(tiny_checkpoint, tmp_path / "out", quantize="int8", calibration_records=records())
     assert report["int8_scheme"] == "smoothed" and report["int8_tried"] == ["smoothed"]
-    assert "the calibration data" in report["int8_smoothed_on"]
+    assert "also judged on" in report["int8_smoothed_on"]  # 3 groups: no others to smooth on
     graph = onnx.load(str(tmp_path / "out" / "model.int8.onnx")).graph
     ops = {n.name: n.op_type for n in graph.node}
     smooth = [
@@ -379,3 +379,26 @@ def test_int8_is_smoothed_on_labeled_data_and_falls_back_when_that_fails(
     assert (
         saved["int8_tried"] == ["smoothed", "fp32 projections"] and saved["int8_scheme"] == "fp32 projections"
     )
+
+
+def test_int8_is_smoothed_on_groups_apart_from_those_it_is_judged_on(tiny_checkpoint):
+    from pruner_model.core.configuration import PrunerConfig
+    from pruner_model.evaluation.groups import load_range
+    from pruner_model.export.smoothing import GROUPS, smoothing_text
+
+    records = []
+    for g in range(GROUPS + 10):
+        ctx = f"City {g} is in France. The mayor is Bob {g}."
+        records.append(
+            {
+                "id": f"q{g}/gold",
+                "query": f"Who is the mayor of city {g}?",
+                "context": ctx,
+                "relevant_spans": [[ctx.index("The mayor"), len(ctx)]],
+            }
+        )
+    config = PrunerConfig.from_pretrained(str(tiny_checkpoint))
+    groups, where = smoothing_text(records, config, judged=10)
+    judged = {g.query for g in load_range(records, 0, 0, 10)}
+    assert len(groups) == GROUPS and not judged & {g.query for g in groups}
+    assert "apart from those judged on" in where
