@@ -71,6 +71,7 @@ class CalibrationRule:
     choose_by: str = "threshold"
     per_request: bool = True
     per_request_bands: int = 8
+    per_request_answer_shares: tuple[float, ...] = ()
     uncertain_share: float = 0.1
     summary_target: float | None = 0.99
 
@@ -80,6 +81,7 @@ class CalibrationRule:
         values = {f.name: getattr(section, f.name) for f in fields(cls)}
         values["relative_floors"] = tuple(values["relative_floors"])
         values["relevance_exponents"] = tuple(values["relevance_exponents"])
+        values["per_request_answer_shares"] = tuple(values["per_request_answer_shares"])
         return cls(**values)
 
     @property
@@ -207,7 +209,9 @@ def _per_request(slices: list[CalibrationSlice], rule: CalibrationRule, score_ru
 
     features = {s.label: group_features(s.groups, s.scored, *score_rule) for s in slices}
     fit = [FitSlice(s.label, with_score_rules(s.scored, *score_rule), features[s.label]) for s in slices]
-    model = fit_threshold_model(fit, rule.aim, rule.confidence, rule.per_request_bands)
+    model = fit_threshold_model(
+        fit, rule.aim, rule.confidence, rule.per_request_bands, answer_shares=rule.per_request_answer_shares
+    )
     if model is None:
         return None, {}
     return model, {

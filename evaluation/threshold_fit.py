@@ -14,7 +14,7 @@ on calibration slices.
    slice weighing the same) while every slice still keeps the target (with ``confidence``, the
    count :func:`required_kept` asks for given the slice's size), until no move is left.
 
-4. Optionally (the fit tries none and each of :data:`ANSWER_SHARES`, and keeps what compresses
+4. Optionally (``answer_shares``: the fit tries none and each share, and keeps what compresses
    most), a second logistic regression on the same features tells the groups with evidence from
    those without; the share of calibration groups it rates least likely answered get a threshold
    a band of their own, raised by the same moves. Requests whose retriever found nothing are
@@ -40,7 +40,6 @@ from pruner_model.evaluation.statistics import required_kept
 CANDIDATES = np.logspace(-4.5, -0.3, 80)  # thresholds a band may take (relative to the best unit)
 GATES = (None, 0.02, 0.05)  # passage relevance gates tried with the bands
 STEPS = (1, 2, 4, 8)  # candidate steps one move may take
-ANSWER_SHARES = (0.1, 0.2, 0.3)  # shares of requests the answer split may set apart (or none)
 MIN_SPREAD = 4.0  # the slices' own thresholds must span this factor for bands to pay
 
 
@@ -182,7 +181,7 @@ def fit_threshold_model(
     bands: int = 8,
     l2: float = 1.0,
     gates: tuple[float | None, ...] = GATES,
-    answer_shares: tuple[float, ...] = ANSWER_SHARES,
+    answer_shares: tuple[float, ...] = (),
     criterion: str = "gain",
 ) -> ThresholdModel | None:
     """The per-request threshold model of ``slices`` (see the module docstring); None when the

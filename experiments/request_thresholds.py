@@ -130,11 +130,12 @@ def fit(args) -> None:
     _evaluate(data, lambda X: float(t0), "one threshold")
     slices = [FitSlice(k, v[2], v[0]) for k, v in data["cal"].items()]
     for bands in args.bands:
-        for shares, criterion in (((), "gain"), (None, "gain"), (None, "ratio")):
-            kw = {} if shares is None else {"answer_shares": shares}
-            model = fit_threshold_model(slices, target, bands=bands, criterion=criterion, **kw)
+        for shares, criterion in (((), "gain"), ((0.1, 0.2, 0.3), "gain"), ((0.1, 0.2, 0.3), "ratio")):
+            model = fit_threshold_model(
+                slices, target, bands=bands, criterion=criterion, answer_shares=shares
+            )
             unlikely = model.unlikely_thresholds
-            label = f"{bands} bands, {criterion}" + (", answer split" if shares is None else "")
+            label = f"{bands} bands, {criterion}" + (", answer split" if shares else "")
             print(
                 f"{label}: thresholds {[round(t, 4) for t in model.thresholds]}, gate {model.min_relevance}"
                 + ("" if unlikely is None else f", unlikely {[round(t, 4) for t in unlikely]}")

@@ -79,8 +79,8 @@ def _answerless_kept(model: ThresholdModel, s: FitSlice) -> tuple[float, float]:
 def test_requests_unlikely_to_hold_an_answer_are_handed_on_nearly_empty():
     fit = [_with_answerless(_slice("easy", 400, False, 0), 0.2, 10), _slice("hard", 400, True, 1)]
     fit[1] = _with_answerless(fit[1], 0.2, 11)
-    split = fit_threshold_model(fit, 0.95, bands=4)
-    plain = fit_threshold_model(fit, 0.95, bands=4, answer_shares=())
+    split = fit_threshold_model(fit, 0.95, bands=4, answer_shares=(0.1, 0.2, 0.3))
+    plain = fit_threshold_model(fit, 0.95, bands=4)
     assert split.unlikely_thresholds is not None and plain.unlikely_thresholds is None
     for k, s in enumerate((_slice("easy", 400, False, 2), _slice("hard", 400, True, 3))):  # new groups
         s = _with_answerless(s, 0.2, 12 + k)

@@ -45,6 +45,12 @@ def test_calibration_margin_and_loss_weights_are_validated():
     with pytest.raises(ConfigError, match="margin"):
         load_config(None, ["calibration.target_evidence=0.99", "calibration.margin=0.05"])
     assert load_config(None, ["calibration.margin=0.01"]).calibration.margin == 0.01
+    assert load_config(None, []).calibration.per_request_answer_shares == []  # off unless asked for
+    shares = load_config(None, ["calibration.per_request_answer_shares=[0.1, 0.2]"]).calibration
+    assert shares.per_request_answer_shares == [0.1, 0.2]
+    for bad in ("[1.5]", "[0]", "0.1", "[true]"):
+        with pytest.raises(ConfigError, match="calibration.per_request_answer_shares"):
+            load_config(None, [f"calibration.per_request_answer_shares={bad}"])
 
 
 def test_allocator_threshold_and_shift_groups_are_validated():
