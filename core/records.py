@@ -131,7 +131,9 @@ def validate_labeled(rec: dict, where: str = "") -> dict:
         try:
             rec[key].encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate (\ud800) that JSON let through
-            raise RecordError(f"{prefix}record's {key!r} is not valid Unicode text (a lone surrogate)") from None
+            raise RecordError(
+                f"{prefix}record's {key!r} is not valid Unicode text (a lone surrogate)"
+            ) from None
     if rec.get("meta") is not None and not isinstance(rec["meta"], dict):
         raise RecordError(f"{prefix}record {rec['id']!r} has a 'meta' that is not an object")
     spans = rec.get("relevant_spans")

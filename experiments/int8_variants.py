@@ -87,7 +87,9 @@ def main() -> int:
     last = [n for n in nodes if f"layer.{k}/" in n or n == f"Attention_{k}"]
     first = [n for n in nodes if "layer.0/" in n or n == "Attention_0"]
     attention = [n for n in nodes if n.startswith("Attention_") or "/attention/" in n]
-    ffn_out = [n for n in nodes if "/output/dense/" in n and "attention" not in n]  # each layer's FFN down-projection
+    ffn_out = [
+        n for n in nodes if "/output/dense/" in n and "attention" not in n
+    ]  # each layer's FFN down-projection
     variants = {  # name (also the scratch folder's) -> quantize_int8 arguments
         "plain": {"per_channel": False},
         "per_channel": {},
