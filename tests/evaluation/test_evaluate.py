@@ -9,9 +9,9 @@ from pruner_model.cli import main
 from tests.conftest import read_threshold
 
 
-def records():
+def records(groups: int = 3):
     out = []
-    for g in range(3):
+    for g in range(groups):
         ctx_gold = f"City {g} is in France. It has a river. The mayor is Bob {g}."
         out.append(
             {

@@ -386,17 +386,9 @@ def test_int8_is_smoothed_on_groups_apart_from_those_it_is_judged_on(tiny_checkp
     from pruner_model.evaluation.groups import load_range
     from pruner_model.export.smoothing import GROUPS, smoothing_text
 
-    records = []
-    for g in range(GROUPS + 10):
-        ctx = f"City {g} is in France. The mayor is Bob {g}."
-        records.append(
-            {
-                "id": f"q{g}/gold",
-                "query": f"Who is the mayor of city {g}?",
-                "context": ctx,
-                "relevant_spans": [[ctx.index("The mayor"), len(ctx)]],
-            }
-        )
+    from tests.evaluation.test_evaluate import records as labeled_records
+
+    records = labeled_records(GROUPS + 10)
     config = PrunerConfig.from_pretrained(str(tiny_checkpoint))
     groups, where = smoothing_text(records, config, judged=10)
     judged = {g.query for g in load_range(records, 0, 0, 10)}
