@@ -117,7 +117,7 @@ def _masks(scored: list[ScoredGroup], threshold) -> list[np.ndarray]:
     return threshold.masks(scored)
 
 
-def _at(scored: list[ScoredGroup], threshold, promised: float) -> dict:
+def at_threshold(scored: list[ScoredGroup], threshold, promised: float) -> dict:
     """The promise and compression at ``threshold``: a number, or the checkpoint's per-request
     default (a ``RequestDefault``; ``threshold`` then reports the median of its thresholds)."""
     at = metrics_at(scored, float("nan"), _masks(scored, threshold))
@@ -152,7 +152,7 @@ def source_metrics(
         p = best_compression_at(curve, target)
         out[f"compression_at_{target:.2f}"] = None if p is None else p["compression"]
     out["best_f1"] = max((pt["f1"] for pt in curve), default=0.0)
-    out["at_checkpoint_threshold"] = _at(scored, checkpoint_threshold, promised)
+    out["at_checkpoint_threshold"] = at_threshold(scored, checkpoint_threshold, promised)
     t95 = calibrate_threshold(scored, 0.95)
     out["tokens_kept_at_0.95"] = role_token_shares(groups, scored, t95)
     out["tokens_kept_at_checkpoint"] = role_token_shares(groups, scored, checkpoint_threshold)
@@ -200,7 +200,7 @@ def evaluate_sources(
             # a point on the checkpoint's own floor is scored as the checkpoint's threshold was
             same = point["relative_floor"] == floor
             at = scored if same else with_score_rules(raw, exponent, point["relative_floor"], contrast)
-            out[src]["at_operating_point"] = _at(at, float(point["threshold"]), promised)
+            out[src]["at_operating_point"] = at_threshold(at, float(point["threshold"]), promised)
     return out
 
 

@@ -90,8 +90,8 @@ def measure(pruner, records: list[dict], target, confidence, max_groups, seed: i
     from pruner_model.evaluation.calibration import calibrate_threshold
     from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_range
-    from pruner_model.evaluation.metrics import metrics_at
     from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.evaluation.sources import at_threshold
     from pruner_model.evaluation.threshold_fit import request_default
 
     cfg = pruner.config
@@ -104,20 +104,15 @@ def measure(pruner, records: list[dict], target, confidence, max_groups, seed: i
     if not any(g.has_evidence for g in ruled):
         raise ValueError("no group of the data has an answer sentence: nothing to calibrate on")
     default = request_default(cfg, groups, raw)
-    before = (
-        metrics_at(ruled, float("nan"), default.masks(ruled))
-        if default is not None
-        else metrics_at(ruled, float(cfg.threshold))
-    )
-    threshold = calibrate_threshold(ruled, target, confidence)
+    threshold = float(calibrate_threshold(ruled, target, confidence))
     return {
         "groups": len(groups),
         "with_evidence": sum(g.has_evidence for g in ruled),
         "target": target,
         "per_request": default is not None,
-        "before": before,
-        "threshold": float(threshold),
-        "after": metrics_at(ruled, threshold),
+        "before": at_threshold(ruled, float(cfg.threshold) if default is None else default, target),
+        "threshold": threshold,
+        "after": at_threshold(ruled, threshold, target),
     }
 
 
