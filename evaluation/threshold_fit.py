@@ -136,7 +136,7 @@ def _cells(
     while idx[0] < len(CANDIDATES) - 1 and feasible(idx + 1):  # one threshold for all cells first
         idx += 1
     while True:
-        best, now = None, compression(idx)
+        best, now, have = None, compression(idx), kept_evidence(idx)
         for cell in range(k):
             for step in STEPS:
                 move = idx.copy()
@@ -145,7 +145,7 @@ def _cells(
                     continue
                 c = compression(move)
                 if criterion == "ratio":
-                    cost = float(((kept_evidence(idx) - kept_evidence(move)) / np.maximum(need, 1)).sum())
+                    cost = float(((have - kept_evidence(move)) / np.maximum(need, 1)).sum())
                     c = (c - now) / (cost + 1e-6)
                 if best is None or c > best[0] + 1e-12:
                     best = (c, move)
