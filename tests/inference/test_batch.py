@@ -24,6 +24,11 @@ def groups(n=24):
     ]
 
 
+def prune_argv(model, src, out, *extra) -> list[str]:
+    """`pruner prune --input SRC --output OUT` over ``model``, then ``extra``."""
+    return ["prune", "--model", str(model), "--input", str(src), "--output", str(out), *extra]
+
+
 def lines(path):
     out = {}
     for line in path.read_text().splitlines():
@@ -75,15 +80,7 @@ def test_shard_parsing_and_stability():
 def test_bad_batch_input_is_one_line(tiny_checkpoint, tmp_path, capsys):
     src = tmp_path / "g.jsonl"
     src.write_text('{"id": "a", "query": "q?", "passages": ["x."]}\n{"query": "no id"}\n')
-    argv = [
-        "prune",
-        "--model",
-        str(tiny_checkpoint),
-        "--input",
-        str(src),
-        "--output",
-        str(tmp_path / "o.jsonl"),
-    ]
+    argv = prune_argv(tiny_checkpoint, src, tmp_path / "o.jsonl")
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
@@ -102,17 +99,7 @@ def test_a_second_run_on_an_output_another_live_run_writes_is_refused(tiny_check
     src = tmp_path / "groups.jsonl"
     src.write_text("".join(json.dumps(g) + "\n" for g in groups()))
     out = tmp_path / "out.jsonl"
-    argv = [
-        "prune",
-        "--model",
-        str(tiny_checkpoint),
-        "--input",
-        str(src),
-        "--output",
-        str(out),
-        "--threshold",
-        "0.5",
-    ]
+    argv = prune_argv(tiny_checkpoint, src, out, "--threshold", "0.5")
     first, second = (g["id"] for g in groups()[:2])
     out.write_text(json.dumps({"id": first}) + "\n" + json.dumps({"id": second})[:9])  # a half line
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
