@@ -142,8 +142,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    """A real `pruner serve` process on a free 127.0.0.1 port, once it answers /health."""
+def start_server(model_dir: str, extra: list[str], cpus: set[int] | None = None) -> tuple[subprocess.Popen, str]:
+    """A real `pruner serve` process on a free 127.0.0.1 port, once it answers /health
+    (``cpus``: the CPUs it may run on; all by default)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -156,7 +157,8 @@ def start_server(model_dir: str, extra: list[str]) -> tuple[subprocess.Popen, st
         str(port),
         *extra,
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     wait_for_server(proc, url + "/health")
     return proc, url

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -33,7 +34,10 @@ def good_bodies(pairs, n: int, seed: int) -> list[dict]:
     return out
 
 
-def bad_senders(url: str, stop: threading.Event, codes: list) -> list[threading.Thread]:
+BAD_KINDS = ("huge", "tokens_over", "patterns", "malformed")
+
+
+def bad_senders(url: str, stop: threading.Event, codes: list, kinds=BAD_KINDS) -> list[threading.Thread]:
     import httpx
 
     rng = random.Random(0)
@@ -56,16 +60,18 @@ def bad_senders(url: str, stop: threading.Event, codes: list) -> list[threading.
     malformed = b'{"query": "q?", "passages": [1'
     senders = [("huge", huge)] * 3 + [("tokens_over", tokens_over), ("patterns", patterns)]
     encoded = [(kind, json.dumps(body).encode()) for kind, body in senders] + [("malformed", malformed)]
-    return [threading.Thread(target=send, args=kb) for kb in encoded]
+    return [threading.Thread(target=send, args=kb) for kb in encoded if kb[0] in kinds]
 
 
-def phase(url: str, bodies: list[list[dict]], seconds: float, mixed: bool) -> tuple[list[float], list]:
+def phase(
+    url: str, bodies: list[list[dict]], seconds: float, mixed: bool, kinds=BAD_KINDS
+) -> tuple[list[float], list]:
     import httpx
 
     latencies: list[float] = []
     codes: list = []
     stop = threading.Event()
-    bad = bad_senders(url, stop, codes) if mixed else []
+    bad = bad_senders(url, stop, codes, kinds) if mixed else []
     for t in bad:
         t.start()
     end = time.perf_counter() + seconds
@@ -100,15 +106,31 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument(
+        "--server-cpus",
+        default=None,
+        help="CPU list the server runs on (e.g. 0); the clients take the others, as clients on "
+        "other machines would",
+    )
+    ap.add_argument("--bad", default=",".join(BAD_KINDS), help="the bad senders of the mixed phase")
     ap.add_argument("--serve-args", nargs=argparse.REMAINDER, default=[], help="passed to pruner serve")
     args = ap.parse_args()
     pairs = load_pairs(2000, args.data)
     bodies = [good_bodies(pairs, 2000, seed) for seed in range(args.clients)]
-    proc, url = start_server(args.model, ["--max-request-tokens", "20000", *args.serve_args])
+    placement = "server and clients share every CPU"
+    cpus = None
+    if args.server_cpus:
+        cpus = {int(c) for c in args.server_cpus.split(",")}
+        others = set(os.sched_getaffinity(0)) - cpus
+        if not others:
+            ap.error("--server-cpus leaves no CPU for the clients")
+        os.sched_setaffinity(0, others)
+        placement = f"server on CPUs {sorted(cpus)}, clients on {sorted(others)}"
+    proc, url = start_server(args.model, ["--max-request-tokens", "20000", *args.serve_args], cpus)
     try:
         rows = {}
         for name, mixed in (("alone", False), ("mixed", True)):
-            lat, codes = phase(url, bodies, args.seconds, mixed)
+            lat, codes = phase(url, bodies, args.seconds, mixed, tuple(args.bad.split(",")))
             kinds = {}
             for kind, code in codes:
                 kinds.setdefault(kind, {}).setdefault(code, 0)
@@ -117,7 +139,9 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    print(f"{machine_info().describe()}; {args.clients} good clients, {args.seconds:g} s a phase")
+    print(
+        f"{machine_info().describe()}; {args.clients} good clients, {args.seconds:g} s a phase; {placement}"
+    )
     print("| phase | good requests | median ms | p95 ms | answers |")
     print("|---|---|---|---|---|")
     for name, (med, p95, n, kinds) in rows.items():

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from pruner_model.core.score_rules import relative_scores
+from pruner_model.inference import pattern_lane
 from pruner_model.inference.settings import CHECKPOINT, MUST_KEEP_SECONDS, SelectionParams, compile_pattern
 
 _WS = re.compile(r"\s+")
@@ -149,24 +150,23 @@ def must_keep_hits(
     texts: list[str], patterns: tuple[str, ...], deadline: float, seconds: float = MUST_KEEP_SECONDS
 ) -> np.ndarray:
     """Which ``texts`` match one of ``patterns``, all matching done by ``deadline`` (a
-    ``time.monotonic()`` instant shared by every query of one request; ``seconds`` names the
-    budget in the error).
+    ``time.monotonic()`` instant shared by every query of one request, ``seconds`` after it
+    started; ``seconds`` also names the budget in the error). After the request's first
+    :data:`~pruner_model.inference.pattern_lane.QUICK_SECONDS`, matching goes on at the lowest CPU
+    priority (:mod:`pruner_model.inference.pattern_lane`).
 
     Raises:
         ValueError: the patterns ran past the deadline (catastrophic backtracking?).
     """
     compiled = [compile_pattern(p) for p in patterns]
-    stop = deadline
+    quick_until = deadline - seconds + pattern_lane.QUICK_SECONDS  # then on the low-priority lane
     hits = np.zeros(len(texts), dtype=bool)
     for c, pattern in zip(compiled, patterns):
         for i, text in enumerate(texts):
             if hits[i]:
                 continue
-            left = stop - time.monotonic()
             try:
-                if left <= 0:
-                    raise TimeoutError
-                hits[i] = c.search(text, timeout=left, concurrent=True) is not None
+                hits[i] = pattern_lane.search(c, text, deadline, quick_until)
             except TimeoutError:
                 raise ValueError(
                     f"must_keep pattern {pattern!r} ran over {seconds:g} s on this text "

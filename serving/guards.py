@@ -110,4 +110,6 @@ def install_guards(app, limits: ServerLimits, api_key: str | None, metrics: Metr
         response = await call_next(request)
         route = request.url.path if request.url.path in KNOWN_ROUTES else "other"
         metrics.record_http(route, response.status_code, time.perf_counter() - t0)
+        if 400 <= response.status_code < 500:  # a refusal waits out the refusal delay, holding no slot
+            await asyncio.sleep(max(0.0, t0 + limits.refusal_delay_s - time.perf_counter()))
         return response

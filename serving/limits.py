@@ -35,6 +35,10 @@ class ServerLimits:
     # the budget_tokenizer names a request may choose (loaded at start-up); any other is a 422, so
     # a request cannot make the server load a tokenizer from a path or a hub id of its choosing
     budget_tokenizers: tuple[str, ...] = ()
+    # a refused request (4xx) is answered no sooner than this after it arrived, its slots already
+    # given back: a client that sends refused requests in a loop gets at most one answer this often
+    # on each connection, instead of as much of the CPU as the refusals cost (0: at once)
+    refusal_delay_s: float = 0.25
 
 
 SUMMARIZER_THREADS = 8  # summarizer calls in flight at once (more wait for a thread, within their deadline)

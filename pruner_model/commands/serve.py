@@ -15,7 +15,7 @@ from pruner_model.commands.common import (
 )
 
 # ServerLimits fields as `pruner serve` flags: (field, flag, type, help); whole numbers must be
-# >= 1 and seconds > 0
+# >= 1 and seconds > 0 (those of MAY_BE_ZERO >= 0)
 LIMIT_FLAGS = (
     ("max_body_bytes", "--max-body-bytes", int, "request body bytes (413 above)"),
     ("max_passages", "--max-passages", int, "passages per query (422 above)"),
@@ -41,7 +41,15 @@ LIMIT_FLAGS = (
         float,
         "seconds a client has to send a request's headers before its connection is closed",
     ),
+    (
+        "refusal_delay_s",
+        "--refusal-delay",
+        float,
+        "seconds before a refused request (4xx) is answered, counted from its arrival, so that a "
+        "client sending refused requests in a loop cannot take the CPU from others (0: at once)",
+    ),
 )
+MAY_BE_ZERO = ("refusal_delay_s",)
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -141,7 +149,10 @@ def _check_numbers(args) -> None:
         raise ValueError("--max-batch must be >= 1 and --max-wait-ms >= 0")
     for field, flag, kind, _ in LIMIT_FLAGS:
         value = getattr(args, field)
-        if (kind is int and value < 1) or (kind is float and not value > 0):
+        if field in MAY_BE_ZERO:
+            if not 0 <= value < float("inf"):
+                raise ValueError(f"{flag} must be >= 0, got {value}")
+        elif (kind is int and value < 1) or (kind is float and not value > 0):
             raise ValueError(f"{flag} must be {'>= 1' if kind is int else '> 0'}, got {value}")
     if args.malloc_mmap_threshold < 0:
         raise ValueError(f"--malloc-mmap-threshold must be >= 0, got {args.malloc_mmap_threshold}")
