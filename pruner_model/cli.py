@@ -34,6 +34,11 @@ COMMANDS = {
         "calibrate_main",
         "calibrate the default threshold on labeled records of your text",
     ),
+    "adapt": (
+        "pruner_model.commands.adapt",
+        "adapt_main",
+        "fine-tune and calibrate a checkpoint on labeled records of your text, with a report",
+    ),
     "prune": ("pruner_model.commands.prune", "prune_main", "prune passages for a query"),
     "export": ("pruner_model.commands.export", "export_main", "export a checkpoint to ONNX"),
     "serve": ("pruner_model.commands.serve", "serve_main", "serve a pruner over HTTP"),

@@ -1,0 +1,281 @@
+"""`pruner adapt --labeled`: a checkpoint adapted to labeled records of your own text in one
+command (split by document, fine-tune with replay, calibrate, report), resumable step by step
+(:mod:`pruner_model.training.adapt`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from pruner_model.commands.common import add_precision_argument, existing_model_dir, load_pruner
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pruner adapt",
+        description="Adapt a checkpoint to labeled records of your own text (JSONL, as `pruner annotate` "
+        "or `pruner data squad --file` write them): the query groups are split by document into "
+        "train / calibration / report, the checkpoint is fine-tuned on the train split with a share of "
+        "its own training data replayed, its threshold calibrated on the calibration split, and the "
+        "report split measures the checkpoint's default, the checkpoint recalibrated alone, and the "
+        "adapted model. Writes OUTPUT/model (the adapted checkpoint), OUTPUT/report.md and "
+        "OUTPUT/adapt.json; run it again to resume after an interruption.",
+    )
+    p.add_argument("--labeled", required=True, nargs="+", help="labeled records of your text (JSONL)")
+    p.add_argument("--model", required=True, help="the checkpoint to start from, e.g. runs/quickstart")
+    p.add_argument("--output", required=True, help="folder for the splits, the adapted model and the report")
+    p.add_argument(
+        "--split",
+        default="0.6,0.2,0.2",
+        help="train,calibration,report shares of the documents (default 0.6,0.2,0.2)",
+    )
+    p.add_argument(
+        "--replay",
+        nargs="*",
+        default=None,
+        help="general training records replayed beside yours (default: the checkpoint's own training "
+        "files, where they exist; none given: no replay)",
+    )
+    p.add_argument(
+        "--replay-share", type=float, default=0.3, help="share of the training groups replayed (default 0.3)"
+    )
+    p.add_argument("--epochs", type=int, default=2, help="passes over the training groups (default 2)")
+    p.add_argument(
+        "--target-evidence",
+        type=float,
+        default=None,
+        help="share of questions that keep all their evidence (default: the checkpoint's promise)",
+    )
+    p.add_argument("--confidence", type=float, default=0.8, help="of the calibrated threshold (default 0.8)")
+    p.add_argument(
+        "--general-dev",
+        default=None,
+        help="labeled general records (e.g. data/squad/dev.jsonl): compression at the promise there "
+        "before and after, i.e. what the adaptation forgot",
+    )
+    p.add_argument("--general-groups", type=int, default=400, help="groups of --general-dev (default 400)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a value of the fine-tuning config, e.g. --set train.lr=3e-5 (repeatable)",
+    )
+    p.add_argument("--backend", choices=["auto", "torch"], default="auto")
+    add_precision_argument(p)
+    return p
+
+
+def _settings(args):
+    from pruner_model.training.adapt import AdaptSettings
+
+    try:
+        shares = tuple(float(x) for x in args.split.split(","))
+    except ValueError:
+        raise ValueError(f"--split must be three numbers, got {args.split!r}") from None
+    settings = AdaptSettings(
+        labeled=list(args.labeled),
+        model=str(existing_model_dir(args.model)),
+        output=args.output,
+        shares=shares,
+        replay_share=args.replay_share,
+        replay=None if args.replay is None else list(args.replay),
+        epochs=args.epochs,
+        target=args.target_evidence,
+        confidence=args.confidence,
+        general_dev=args.general_dev,
+        general_groups=args.general_groups,
+        seed=args.seed,
+        overrides=list(args.overrides),
+    )
+    settings.check()
+    return settings
+
+
+def adapt_main(argv: list[str] | None = None) -> int:
+    from pruner_model.evaluation.statistics import check_confidence
+    from pruner_model.training.adapt import AdaptState, split_records
+
+    args = _parser().parse_args(argv)
+    settings = _settings(args)
+    try:
+        check_confidence(settings.confidence)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
+    out = Path(settings.output)
+    out.mkdir(parents=True, exist_ok=True)
+    state = AdaptState.load(out, settings)
+    if state.split is None:
+        state.split = split_records(settings, out)
+        state.save(out)
+    _say(
+        "split",
+        ", ".join(f"{s} {c['groups']} groups ({c['documents']} documents)" for s, c in state.split.items()),
+    )
+    if state.train is None:
+        state.train = _train(settings, out, state.split["train"]["groups"])
+        state.save(out)
+    if state.calibrate is None:
+        state.calibrate = _calibrate(settings, out, args)
+        state.save(out)
+    if state.report is None:
+        state.report = _report(settings, out, args, state)
+        state.save(out)
+    (out / "report.md").write_text(report_markdown(state), encoding="utf-8")
+    print(report_markdown(state), file=sys.stderr)
+    print(f"adapted checkpoint: {out / 'model'} (report in {out / 'report.md'})", file=sys.stderr)
+    return 0
+
+
+def _say(step: str, text: str) -> None:
+    print(f"[adapt] {step}: {text}", file=sys.stderr, flush=True)
+
+
+def _train(settings, out: Path, train_groups: int) -> dict:
+    import yaml
+
+    from pruner_model.training.adapt import training_config
+    from pruner_model.training.config import load_config
+    from pruner_model.training.trainer import train
+
+    config_path = out / "train_config.yaml"
+    config_path.write_text(yaml.safe_dump(training_config(settings, out, train_groups), sort_keys=False))
+    cfg = load_config(config_path, settings.overrides)
+    run = out / "model"
+    resume = (Path(str(run) + ".trainer") / "last").exists()
+    _say("train", f"fine-tuning {settings.model} ({'resumed' if resume else 'config ' + str(config_path)})")
+    t0 = time.perf_counter()
+    metrics = train(cfg, str(run), resume=resume)
+    if metrics.get("interrupted"):
+        raise KeyboardInterrupt
+    return {"seconds": round(time.perf_counter() - t0, 1), "steps": metrics.get("steps")}
+
+
+def _calibrate(settings, out: Path, args) -> dict:
+    from pruner_model.commands.calibrate import measure
+    from pruner_model.commands.evaluate import _write_threshold
+    from pruner_model.core.records import read_jsonl
+
+    records = read_jsonl(out / "data" / "calibration.jsonl")
+    pruner = load_pruner(out / "model", args, say=False)
+    result = measure(pruner, records, settings.target, settings.confidence, None, settings.seed)
+    _write_threshold(out / "model", pruner, result["threshold"], result["target"])
+    _say("calibrate", f"threshold {result['threshold']:.4f} on {result['groups']} calibration groups")
+    return {"threshold": result["threshold"], "target": result["target"], "groups": result["groups"]}
+
+
+def _report(settings, out: Path, args, state) -> dict:
+    from pruner_model.commands.calibrate import measure
+    from pruner_model.core.records import read_jsonl
+
+    cal = read_jsonl(out / "data" / "calibration.jsonl")
+    report = read_jsonl(out / "data" / "report.jsonl")
+    base = load_pruner(Path(settings.model), args, say=False)
+    recal = measure(base, cal, settings.target, settings.confidence, None, settings.seed)["threshold"]
+    base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
+    adapted = load_pruner(out / "model", args, say=False)
+    adapted_on_report = points(adapted, report, {}, settings.target)
+    rows = {
+        "checkpoint's default": base_on_report["default"],
+        "checkpoint recalibrated on your calibration split": base_on_report["recalibrated"],
+        "adapted, calibrated on your calibration split": adapted_on_report["default"],
+    }
+    result = {
+        "report_groups": base_on_report["groups"],
+        "target": base_on_report["target"],
+        "rows": rows,
+        "at_target_swept": {"checkpoint": base_on_report["swept"], "adapted": adapted_on_report["swept"]},
+    }
+    if settings.general_dev:
+        general = _general_records(settings)
+        result["general"] = {
+            "file": settings.general_dev,
+            "checkpoint": points(base, general, {}, settings.target)["swept"],
+            "adapted": points(adapted, general, {}, settings.target)["swept"],
+        }
+    _say(
+        "report",
+        "; ".join(f"{k}: kept {m['evidence_preserved']:.3f}, compression {m['compression']:.3f}" for k, m in rows.items()),
+    )
+    return result
+
+
+def _general_records(settings) -> list[dict]:
+    from pruner_model.core.records import iter_jsonl
+    from pruner_model.evaluation.groups import group_of
+
+    keep, out = set(), []
+    for rec in iter_jsonl(settings.general_dev):
+        g = group_of(rec)
+        if g not in keep and len(keep) >= settings.general_groups:
+            continue
+        keep.add(g)
+        out.append(rec)
+    return out
+
+
+def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
+    """``records`` scored once and measured at the checkpoint's default (``default``), at each
+    named threshold, and swept (``swept``: the compression the scores allow at ``target``)."""
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.groups import load_groups
+    from pruner_model.evaluation.metrics import best_compression_at, sweep
+    from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.evaluation.sources import at_threshold
+    from pruner_model.evaluation.threshold_fit import request_default
+
+    cfg = pruner.config
+    target = float(target if target is not None else (cfg.target_evidence or 0.95))
+    groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
+    raw = score_groups(pruner, groups, progress=True).groups
+    ruled = with_score_rules(raw, cfg.relevance_exponent, cfg.relative_floor, cfg.relevance_contrast)
+    default = request_default(cfg, groups, raw)
+    out = {"groups": len(groups), "target": target}
+    out["default"] = at_threshold(ruled, float(cfg.threshold) if default is None else default, target)
+    for name, t in thresholds.items():
+        out[name] = at_threshold(ruled, float(t), target)
+    best = best_compression_at(sweep(ruled), target)
+    out["swept"] = None if best is None else best["compression"]
+    return out
+
+
+def report_markdown(state) -> str:
+    r = state.report
+    lines = [
+        f"# Adaptation report: {state.settings['model']} on {', '.join(state.settings['labeled'])}",
+        "",
+        "| split | groups | documents | with an answer |",
+        "|---|---|---|---|",
+        *(f"| {s} | {c['groups']} | {c['documents']} | {c['with_answer']} |" for s, c in state.split.items()),
+        "",
+        f"Fine-tuning: {state.train['seconds'] / 60:.1f} minutes. On the report split ({r['report_groups']} "
+        f"groups, never trained or calibrated on), target {r['target']}:",
+        "",
+        "| model | answers kept [95% CI] | compression |",
+        "|---|---|---|",
+    ]
+    for name, m in r["rows"].items():
+        ci = (m.get("promise") or {}).get("interval")
+        ci_text = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        lines.append(f"| {name} | {m['evidence_preserved']:.3f}{ci_text} | {m['compression']:.3f} |")
+    swept = r["at_target_swept"]
+    lines += [
+        "",
+        f"Compression at {r['target']} kept with the threshold swept on the report split (what the scores "
+        f"allow): checkpoint {_num(swept['checkpoint'])}, adapted {_num(swept['adapted'])}.",
+    ]
+    if r.get("general"):
+        g = r["general"]
+        lines.append(
+            f"On general text ({g['file']}), the same: checkpoint {_num(g['checkpoint'])}, adapted "
+            f"{_num(g['adapted'])} (what the adaptation forgot)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.3f}"

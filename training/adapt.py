@@ -1,0 +1,212 @@
+"""`pruner adapt --labeled`: a shipped checkpoint adapted to labeled records of the user's own text,
+in resumable steps under one output folder:
+
+1. ``split``: the records' query groups cut by document (a group goes where its answer passage's
+   title, or without titles its text, hashes) into ``data/train.jsonl``, ``data/calibration.jsonl`` and
+   ``data/report.jsonl``, so that questions about one document never sit on both sides;
+2. ``train``: fine-tuning from the checkpoint (``model.init_from``) on the train split, with a
+   share of the checkpoint's own training data replayed so that it keeps what it knew;
+3. ``calibrate``: the adapted model's default threshold calibrated on the calibration split;
+4. ``report``: on the report split, never trained or calibrated on: the checkpoint's default,
+   the checkpoint recalibrated on the calibration split alone, and the adapted model; with
+   ``general_dev``, compression at the promise on general text before and after (what it forgot).
+
+Each step writes its result into ``adapt.json``; a step whose result is there is not run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+from pruner_model.core.records import iter_jsonl, validate_labeled
+from pruner_model.evaluation.groups import group_of
+
+SPLITS = ("train", "calibration", "report")
+USER = "user"  # the source name the user's records train under
+
+
+@dataclass
+class AdaptSettings:
+    labeled: list[str]
+    model: str
+    output: str
+    shares: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    replay_share: float = 0.3  # of the training groups, drawn from the checkpoint's own training data
+    replay: list[str] | None = None  # None: the checkpoint's train_config data.train files that exist
+    epochs: int = 2
+    target: float | None = None  # None: the checkpoint's promise
+    confidence: float = 0.8
+    general_dev: str | None = None  # labeled general text: what the adaptation forgot
+    general_groups: int = 400
+    seed: int = 0
+    overrides: list[str] = field(default_factory=list)  # key=value of the training config
+
+    def check(self) -> None:
+        if len(self.shares) != 3 or any(s <= 0 for s in self.shares):
+            raise ValueError("--split needs three shares > 0 (train, calibration, report)")
+        if not 0 <= self.replay_share < 1:
+            raise ValueError(f"--replay-share must be in [0, 1), got {self.replay_share}")
+        if self.epochs < 1:
+            raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
+        if self.target is not None and not 0 < self.target <= 1:
+            raise ValueError("--target-evidence must be in (0, 1]")
+        for f in self.labeled:
+            if not Path(f).is_file():
+                raise ValueError(f"{f}: no such labeled records file")
+
+
+def document_of(records: list[dict]) -> str:
+    """The document a query group is about: its answer passage's title, else its first passage's;
+    without titles, the text of its answer passage (else its first passage), so that questions
+    about one passage stay together."""
+    answered = [r for r in records if r.get("relevant_spans")]
+    for r in answered + records:
+        if (r.get("title") or "").strip():
+            return r["title"].strip()
+    return "text:" + (answered or records)[0]["context"]
+
+
+def split_of(document: str, shares, seed: int) -> str:
+    """``train`` / ``calibration`` / ``report`` for a document, by a seeded hash (stable across
+    runs and machines)."""
+    h = int(hashlib.sha256(f"{seed}\x00{document}".encode()).hexdigest()[:12], 16) / 16**12
+    total, edge = sum(shares), 0.0
+    for name, share in zip(SPLITS, shares):
+        edge += share / total
+        if h < edge:
+            return name
+    return SPLITS[-1]
+
+
+def split_records(settings: AdaptSettings, out: Path) -> dict:
+    """The labeled records cut by document into ``out/data/<split>.jsonl`` (each record's source
+    set to ``user``); returns the groups and documents of each split."""
+    groups: dict[str, list[dict]] = {}
+    for path in settings.labeled:
+        for i, rec in enumerate(iter_jsonl(path), 1):
+            validate_labeled(rec, f"{path}:{i}")
+            groups.setdefault(group_of(rec), []).append(rec)
+    if not groups:
+        raise ValueError(f"no labeled records in {', '.join(settings.labeled)}")
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    counts = {s: {"groups": 0, "documents": set(), "with_answer": 0} for s in SPLITS}
+    files = {s: open(data / f"{s}.jsonl.tmp", "w", encoding="utf-8") for s in SPLITS}
+    try:
+        for gid, recs in groups.items():
+            doc = document_of(recs)
+            s = split_of(doc, settings.shares, settings.seed)
+            counts[s]["groups"] += 1
+            counts[s]["documents"].add(doc)
+            counts[s]["with_answer"] += any(r.get("relevant_spans") for r in recs)
+            for r in recs:
+                meta = dict(r.get("meta") or {}, group=gid, source=USER)
+                files[s].write(json.dumps({**r, "source": USER, "meta": meta}, ensure_ascii=False) + "\n")
+    finally:
+        for f in files.values():
+            f.close()
+    for s in SPLITS:
+        if not counts[s]["with_answer"]:
+            raise ValueError(
+                f"the {s} split has no question with an answer ({len(groups)} groups in all): "
+                "label more questions, or change --split"
+            )
+    for s in SPLITS:
+        os.replace(data / f"{s}.jsonl.tmp", data / f"{s}.jsonl")
+    return {s: {**c, "documents": len(c["documents"])} for s, c in counts.items()}
+
+
+def _base_train_config(model: str) -> dict:
+    path = Path(model) / "train_config.yaml"
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def _sources_of(files: list[str]) -> list[str]:
+    """The sources of the records of ``files``, in order of first appearance."""
+    from pruner_model.evaluation.groups import source_of
+
+    seen: dict[str, None] = {}
+    for f in files:
+        for rec in iter_jsonl(f):
+            seen.setdefault(source_of(rec), None)
+    return list(seen)
+
+
+def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> dict:
+    """The fine-tuning config: the checkpoint's own recipe (its ``train_config.yaml``) started from
+    the checkpoint, on the train split and a replayed share of the checkpoint's training data, no
+    calibration (the calibrate step does it on the user's split)."""
+    base = _base_train_config(settings.model)
+    replay = settings.replay
+    if replay is None:
+        replay = [f for f in (base.get("data") or {}).get("train") or [] if Path(f).is_file()]
+    share = settings.replay_share if replay else 0.0
+    mix = {USER: 1.0 - share}
+    if share:
+        weights = (base.get("data") or {}).get("mix") or {}
+        sources = [s for s in _sources_of(replay) if s != USER]
+        known = {s: float(weights.get(s, 0)) for s in sources if weights.get(s)}
+        if not known:  # no weights in the recipe: the replayed sources share alike
+            known = dict.fromkeys(sources, 1.0)
+        total = sum(known.values())
+        mix.update({s: share * w / total for s, w in known.items()})
+    model = {k: v for k, v in (base.get("model") or {}).items() if v is not None}
+    model.update(backbone=None, init_from=str(settings.model))
+    train = {k: v for k, v in (base.get("train") or {}).items() if v is not None}
+    train.update(epochs=settings.epochs, max_steps=None, eval_every=0, seed=settings.seed)
+    return {
+        "model": model,
+        "data": {
+            "train": [str(out / "data" / "train.jsonl"), *replay],
+            "dev": [str(out / "data" / "calibration.jsonl")],
+            "max_train_groups": max(1, round(train_groups / (1.0 - share))),
+            "mix": mix,
+            "max_dev_groups": 200,
+            "calibration_dev_groups": 0,
+            "report_dev_groups": 0,
+            "low_overlap_share": None,
+            "calibration_sources": [],
+            "seed": settings.seed,
+        },
+        "train": train,
+        "calibration": {"enabled": False},
+    }
+
+
+@dataclass
+class AdaptState:
+    """What ``adapt.json`` holds: each finished step's result."""
+
+    settings: dict
+    split: dict | None = None
+    train: dict | None = None
+    calibrate: dict | None = None
+    report: dict | None = None
+
+    @classmethod
+    def load(cls, out: Path, settings: AdaptSettings) -> AdaptState:
+        path = out / "adapt.json"
+        mine = asdict(settings)
+        if not path.is_file():
+            return cls(settings=mine)
+        state = cls(**json.loads(path.read_text(encoding="utf-8")))
+        for key in ("labeled", "model", "shares", "seed", "replay_share", "epochs"):
+            if json.dumps(state.settings.get(key)) != json.dumps(mine.get(key)):
+                raise ValueError(
+                    f"{out} holds an adaptation with another {key} ({state.settings.get(key)!r}): "
+                    "use a new --output, or delete it"
+                )
+        state.settings = mine
+        return state
+
+    def save(self, out: Path) -> None:
+        tmp = out / "adapt.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
+        os.replace(tmp, out / "adapt.json")
