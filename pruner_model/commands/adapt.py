@@ -9,7 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from pruner_model.commands.common import add_precision_argument, existing_model_dir, load_pruner
+from pruner_model.commands.common import (
+    add_overrides_argument,
+    add_precision_argument,
+    existing_model_dir,
+    load_pruner,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,13 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--general-groups", type=int, default=400, help="groups of --general-dev (default 400)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a value of the fine-tuning config, e.g. --set train.lr=3e-5 (repeatable)",
+    add_overrides_argument(
+        p, "override a value of the fine-tuning config, e.g. --set train.lr=3e-5 (repeatable)"
     )
     p.add_argument("--backend", choices=["auto", "torch"], default="auto")
     add_precision_argument(p)
@@ -199,7 +199,10 @@ def _report(settings, out: Path, args, state) -> dict:
         }
     _say(
         "report",
-        "; ".join(f"{k}: kept {m['evidence_preserved']:.3f}, compression {m['compression']:.3f}" for k, m in rows.items()),
+        "; ".join(
+            f"{k}: kept {m['evidence_preserved']:.3f}, compression {m['compression']:.3f}"
+            for k, m in rows.items()
+        ),
     )
     return result
 

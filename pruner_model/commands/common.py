@@ -46,6 +46,11 @@ def existing_model_dir(path: str) -> Path:
     return model_dir
 
 
+def add_overrides_argument(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) into ``overrides``: values of a training config."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
 def add_precision_argument(p: argparse.ArgumentParser) -> None:
     """``--dtype``: the torch encoder's precision (an ONNX folder has its own)."""
     p.add_argument(

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from pruner_model.commands.common import add_overrides_argument
+
 
 def _train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -17,14 +19,7 @@ def _train_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
     p.add_argument("--output", default=None, help="run folder (default: runs/<config name>)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set train.max_steps=100 (repeatable)",
-    )
+    add_overrides_argument(p, "override a config value, e.g. --set train.max_steps=100 (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last state")
     p.add_argument(
         "--stop-after",
