@@ -275,7 +275,7 @@ def report_markdown(state) -> str:
         g = r["general"]
         lines.append(
             f"On general text ({g['file']}), the same: checkpoint {_num(g['checkpoint'])}, adapted "
-            f"{_num(g['adapted'])} (what the adaptation forgot)."
+            f"{_num(g['adapted'])} (a fall here is what the adaptation forgot)."
         )
     return "\n".join(lines) + "\n"
 
