@@ -43,6 +43,7 @@ class AdaptSettings:
     confidence: float = 0.8
     general_dev: str | None = None  # labeled general text: what the adaptation forgot
     general_groups: int = 400
+    max_train_groups: int | None = None  # of the train split (seeded); None: all of them
     seed: int = 0
     overrides: list[str] = field(default_factory=list)  # key=value of the training config
 
@@ -51,6 +52,8 @@ class AdaptSettings:
             raise ValueError("--split needs three shares > 0 (train, calibration, report)")
         if not 0 <= self.replay_share < 1:
             raise ValueError(f"--replay-share must be in [0, 1), got {self.replay_share}")
+        if self.max_train_groups is not None and self.max_train_groups < 1:
+            raise ValueError(f"--max-train-groups must be >= 1, got {self.max_train_groups}")
         if self.epochs < 1:
             raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
         if self.target is not None and not 0 < self.target <= 1:
@@ -142,7 +145,10 @@ def _sources_of(files: list[str]) -> list[str]:
 def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> dict:
     """The fine-tuning config: the checkpoint's own recipe (its ``train_config.yaml``) started from
     the checkpoint, on the train split and a replayed share of the checkpoint's training data, no
-    calibration (the calibrate step does it on the user's split)."""
+    calibration (the calibrate step does it on the user's split). ``train_groups``: the groups of
+    the train split; ``settings.max_train_groups`` of them are drawn when it is smaller."""
+    if settings.max_train_groups is not None:
+        train_groups = min(train_groups, settings.max_train_groups)
     base = _base_train_config(settings.model)
     replay = settings.replay
     if replay is None:
@@ -197,7 +203,7 @@ class AdaptState:
         if not path.is_file():
             return cls(settings=mine)
         state = cls(**json.loads(path.read_text(encoding="utf-8")))
-        for key in ("labeled", "model", "shares", "seed", "replay_share", "epochs"):
+        for key in ("labeled", "model", "shares", "seed", "replay_share", "epochs", "max_train_groups"):
             if json.dumps(state.settings.get(key)) != json.dumps(mine.get(key)):
                 raise ValueError(
                     f"{out} holds an adaptation with another {key} ({state.settings.get(key)!r}): "

@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--epochs", type=int, default=2, help="passes over the training groups (default 2)")
     p.add_argument(
+        "--max-train-groups",
+        type=int,
+        default=None,
+        help="train on N groups of the train split (seeded; default all): the calibration and report "
+        "splits stay the same, so runs with several N draw a learning curve",
+    )
+    p.add_argument(
         "--target-evidence",
         type=float,
         default=None,
@@ -85,6 +92,7 @@ def _settings(args):
         replay_share=args.replay_share,
         replay=None if args.replay is None else list(args.replay),
         epochs=args.epochs,
+        max_train_groups=args.max_train_groups,
         target=args.target_evidence,
         confidence=args.confidence,
         general_dev=args.general_dev,

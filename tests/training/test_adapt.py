@@ -68,6 +68,8 @@ def test_the_fine_tuning_config_replays_the_recipes_sources_by_weight(tmp_path):
     assert cfg["calibration"] == {"enabled": False} and cfg["train"]["lr"] == 8.0e-5
     s.replay = []
     assert training_config(s, tmp_path / "o", 300)["data"]["mix"] == {"user": 1.0}
+    s.max_train_groups = 100  # a point of a learning curve: 100 of the 300
+    assert training_config(s, tmp_path / "o", 300)["data"]["max_train_groups"] == 100
 
 
 def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, capsys):
