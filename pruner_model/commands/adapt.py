@@ -160,7 +160,7 @@ def _train(settings, out: Path, train_groups: int) -> dict:
     metrics = train(cfg, str(run), resume=resume)
     if metrics.get("interrupted"):
         raise KeyboardInterrupt
-    return {"seconds": round(time.perf_counter() - t0, 1), "steps": metrics.get("steps")}
+    return {"seconds": round(time.perf_counter() - t0, 1), "steps": metrics.get("best_step")}
 
 
 def _calibrate(settings, out: Path, args) -> dict:
