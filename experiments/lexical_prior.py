@@ -94,7 +94,11 @@ def fused(groups, raw, weight: float, norm: str, idf=None):
     out = []
     for g, s in zip(groups, raw):
         texts = [p["text"] for p in g.passages]
-        if norm.startswith("abs"):  # an absolute level: only passages under tau are pushed down
+        if norm.startswith("gated"):  # relative to the best, only where the best has strong evidence
+            bm = bm25_within(g.query, texts, idf=idf)
+            strong = bm.max() >= float(norm[5:]) if len(bm) else False
+            term = bm / bm.max() - 1.0 if strong else np.zeros(len(texts))
+        elif norm.startswith("abs"):  # an absolute level: only passages under tau are pushed down
             term = np.minimum(bm25_within(g.query, texts, idf=idf) / float(norm[3:]), 1.0) - 1.0
         else:
             term = lexical_prior_terms(g.query, texts, norm=norm, idf=idf)
