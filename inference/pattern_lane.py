@@ -54,7 +54,9 @@ def search(compiled, text: str, deadline: float, quick_until: float) -> bool:
     now = time.monotonic()
     if now < min(quick_until, deadline):
         try:
-            return compiled.search(text, timeout=min(quick_until, deadline) - now, concurrent=True) is not None
+            return (
+                compiled.search(text, timeout=min(quick_until, deadline) - now, concurrent=True) is not None
+            )
         except TimeoutError:
             pass
 
