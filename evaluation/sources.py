@@ -117,6 +117,25 @@ def _masks(scored: list[ScoredGroup], threshold) -> list[np.ndarray]:
     return threshold.masks(scored)
 
 
+def score_at_default(pruner, groups: list[LabeledGroup], progress: bool = False) -> tuple[list, list, object]:
+    """``(raw, scored, default)``: ``groups`` scored by ``pruner`` (the heads' scores), the same
+    under the checkpoint's score rule (what its thresholds are compared with), and its default
+    there: the per-request default (a ``RequestDefault``) or its one threshold."""
+    from pruner_model.evaluation.evaluator import with_score_rules
+    from pruner_model.evaluation.scorer import score_groups
+    from pruner_model.evaluation.threshold_fit import request_default
+
+    cfg = pruner.config
+    raw = score_groups(pruner, groups, progress=progress).groups
+    rule = (
+        getattr(cfg, "relevance_exponent", 0.0),
+        getattr(cfg, "relative_floor", None),
+        getattr(cfg, "relevance_contrast", 0.0),
+    )
+    default = request_default(cfg, groups, raw)
+    return raw, with_score_rules(raw, *rule), float(cfg.threshold) if default is None else default
+
+
 def at_threshold(scored: list[ScoredGroup], threshold, promised: float) -> dict:
     """The promise and compression at ``threshold``: a number, or the checkpoint's per-request
     default (a ``RequestDefault``; ``threshold`` then reports the median of its thresholds)."""
@@ -172,8 +191,6 @@ def evaluate_sources(
     max_groups`` of each source's seeded permutation), on the pruner's own score scale; each source
     also at the checkpoint's named operating point of its name (``operating_point``: at that one)."""
     from pruner_model.evaluation.evaluator import with_score_rules
-    from pruner_model.evaluation.scorer import score_groups
-    from pruner_model.evaluation.threshold_fit import request_default
 
     cfg = pruner.config
     by_source = records_by_source(with_roles(records))
@@ -189,12 +206,8 @@ def evaluate_sources(
         )
         if not groups:
             continue
-        raw = score_groups(pruner, groups, progress=progress).groups
-        scored = with_score_rules(raw, exponent, floor, contrast)
-        default = request_default(cfg, groups, raw)
-        out[src] = source_metrics(
-            groups, scored, float(cfg.threshold) if default is None else default, promised
-        )
+        raw, scored, default = score_at_default(pruner, groups, progress)
+        out[src] = source_metrics(groups, scored, default, promised)
         point = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
         if point is not None and out[src]["queries_with_evidence"]:
             # a point on the checkpoint's own floor is scored as the checkpoint's threshold was

@@ -96,29 +96,32 @@ def split_records(settings: AdaptSettings, out: Path) -> dict:
             groups.setdefault(group_of(rec), []).append(rec)
     if not groups:
         raise ValueError(f"no labeled records in {', '.join(settings.labeled)}")
-    data = out / "data"
-    data.mkdir(parents=True, exist_ok=True)
     counts = {s: {"groups": 0, "documents": set(), "with_answer": 0} for s in SPLITS}
-    files = {s: open(data / f"{s}.jsonl.tmp", "w", encoding="utf-8") for s in SPLITS}
-    try:
-        for gid, recs in groups.items():
-            doc = document_of(recs)
-            s = split_of(doc, settings.shares, settings.seed)
-            counts[s]["groups"] += 1
-            counts[s]["documents"].add(doc)
-            counts[s]["with_answer"] += any(r.get("relevant_spans") for r in recs)
-            for r in recs:
-                meta = dict(r.get("meta") or {}, group=gid, source=USER)
-                files[s].write(json.dumps({**r, "source": USER, "meta": meta}, ensure_ascii=False) + "\n")
-    finally:
-        for f in files.values():
-            f.close()
-    for s in SPLITS:
+    where: dict[str, str] = {}
+    for gid, recs in groups.items():
+        doc = document_of(recs)
+        s = where[gid] = split_of(doc, settings.shares, settings.seed)
+        counts[s]["groups"] += 1
+        counts[s]["documents"].add(doc)
+        counts[s]["with_answer"] += any(r.get("relevant_spans") for r in recs)
+    for s in SPLITS:  # checked before anything is written
         if not counts[s]["with_answer"]:
             raise ValueError(
                 f"the {s} split has no question with an answer ({len(groups)} groups in all): "
                 "label more questions, or change --split"
             )
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    files = {s: open(data / f"{s}.jsonl.tmp", "w", encoding="utf-8") for s in SPLITS}
+    try:
+        for gid, recs in groups.items():
+            for r in recs:
+                meta = dict(r.get("meta") or {}, group=gid, source=USER)
+                line = json.dumps({**r, "source": USER, "meta": meta}, ensure_ascii=False)
+                files[where[gid]].write(line + "\n")
+    finally:
+        for f in files.values():
+            f.close()
     for s in SPLITS:
         os.replace(data / f"{s}.jsonl.tmp", data / f"{s}.jsonl")
     return {s: {**c, "documents": len(c["documents"])} for s, c in counts.items()}

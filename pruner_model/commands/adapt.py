@@ -133,8 +133,9 @@ def adapt_main(argv: list[str] | None = None) -> int:
     if state.report is None:
         state.report = _report(settings, out, args, state)
         state.save(out)
-    (out / "report.md").write_text(report_markdown(state), encoding="utf-8")
-    print(report_markdown(state), file=sys.stderr)
+    report = report_markdown(state)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    print(report, file=sys.stderr)
     print(f"adapted checkpoint: {out / 'model'} (report in {out / 'report.md'})", file=sys.stderr)
     return 0
 
@@ -232,21 +233,16 @@ def _general_records(settings) -> list[dict]:
 def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
     """``records`` scored once and measured at the checkpoint's default (``default``), at each
     named threshold, and swept (``swept``: the compression the scores allow at ``target``)."""
-    from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_groups
     from pruner_model.evaluation.metrics import best_compression_at, sweep
-    from pruner_model.evaluation.scorer import score_groups
-    from pruner_model.evaluation.sources import at_threshold
-    from pruner_model.evaluation.threshold_fit import request_default
+    from pruner_model.evaluation.sources import at_threshold, score_at_default
 
     cfg = pruner.config
     target = float(target if target is not None else (cfg.target_evidence or 0.95))
     groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
-    raw = score_groups(pruner, groups, progress=True).groups
-    ruled = with_score_rules(raw, cfg.relevance_exponent, cfg.relative_floor, cfg.relevance_contrast)
-    default = request_default(cfg, groups, raw)
+    _, ruled, default = score_at_default(pruner, groups, progress=True)
     out = {"groups": len(groups), "target": target}
-    out["default"] = at_threshold(ruled, float(cfg.threshold) if default is None else default, target)
+    out["default"] = at_threshold(ruled, default, target)
     for name, t in thresholds.items():
         out[name] = at_threshold(ruled, float(t), target)
     best = best_compression_at(sweep(ruled), target)

@@ -88,29 +88,24 @@ def calibrate_main(argv: list[str] | None = None) -> int:
 def measure(pruner, records: list[dict], target, confidence, max_groups, seed: int) -> dict:
     """The sample's groups at the checkpoint's default and at the threshold calibrated on them."""
     from pruner_model.evaluation.calibration import calibrate_threshold
-    from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_range
-    from pruner_model.evaluation.scorer import score_groups
-    from pruner_model.evaluation.sources import at_threshold
-    from pruner_model.evaluation.threshold_fit import request_default
+    from pruner_model.evaluation.sources import at_threshold, score_at_default
 
     cfg = pruner.config
     target = float(target if target is not None else (cfg.target_evidence or 0.95))
     groups = load_range(records, seed, 0, max_groups, cfg.segmenter_language, cfg.segmenter_structure)
     if not groups:
         raise ValueError("no query groups in the data")
-    raw = score_groups(pruner, groups, progress=True).groups
-    ruled = with_score_rules(raw, cfg.relevance_exponent, cfg.relative_floor, cfg.relevance_contrast)
+    _, ruled, default = score_at_default(pruner, groups, progress=True)
     if not any(g.has_evidence for g in ruled):
         raise ValueError("no group of the data has an answer sentence: nothing to calibrate on")
-    default = request_default(cfg, groups, raw)
     threshold = float(calibrate_threshold(ruled, target, confidence))
     return {
         "groups": len(groups),
         "with_evidence": sum(g.has_evidence for g in ruled),
         "target": target,
-        "per_request": default is not None,
-        "before": at_threshold(ruled, float(cfg.threshold) if default is None else default, target),
+        "per_request": not isinstance(default, float),
+        "before": at_threshold(ruled, default, target),
         "threshold": threshold,
         "after": at_threshold(ruled, threshold, target),
     }
