@@ -1,8 +1,12 @@
-"""TF-IDF nearest neighbours among paragraphs: retriever-style hard distractors for training
-groups (`pruner data squad --mined-distractors`) and for the ``mined`` evaluation slice."""
+"""Lexical retrieval among paragraphs: TF-IDF nearest neighbours (retriever-style hard distractors
+for training groups, `pruner data squad --mined-distractors`, and the ``mined`` evaluation slice)
+and BM25 (the ``bm25`` baseline of `pruner evaluate`, and the chunks `pruner adapt --corpus` mines
+for each written question)."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -64,3 +68,59 @@ class TfidfIndex:
             sims[exclude] = -np.inf
         order = np.argsort(-sims, kind="stable")[:k]
         return [int(j) for j in order if np.isfinite(sims[j])]
+
+
+class BM25:
+    """Okapi BM25 over tokenized ``docs`` (``k1``, ``b`` as usual): :meth:`score` of one pair, and
+    :meth:`search` of the whole collection for many queries at once (a sparse matrix product)."""
+
+    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.docs = docs
+        self.df = Counter(w for d in docs for w in set(d))
+        self.n = len(docs)
+        self.avgdl = float(np.mean([len(d) for d in docs])) if len(docs) else 1.0
+        self._matrix = None
+
+    def idf(self, w: str) -> float:
+        return math.log(1 + (self.n - self.df[w] + 0.5) / (self.df[w] + 0.5))
+
+    def _weight(self, tf: float, length: int) -> float:
+        return tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length / self.avgdl))
+
+    def score(self, query: Sequence[str], doc: Sequence[str]) -> float:
+        tf = Counter(doc)
+        return sum(self.idf(w) * self._weight(tf[w], len(doc)) for w in set(query) if w in tf)
+
+    def _index(self):
+        from scipy.sparse import csr_matrix
+
+        if self._matrix is None:
+            self.vocab = {w: j for j, w in enumerate(self.df)}
+            rows, cols, vals = [], [], []
+            for i, d in enumerate(self.docs):
+                for w, tf in Counter(d).items():
+                    rows.append(i)
+                    cols.append(self.vocab[w])
+                    vals.append(self.idf(w) * self._weight(tf, len(d)))
+            self._matrix = csr_matrix((vals, (rows, cols)), shape=(self.n, len(self.vocab)))
+        return self._matrix
+
+    def search(self, queries: Sequence[Sequence[str]], k: int) -> list[list[tuple[int, float]]]:
+        """The ``k`` best documents of each tokenized query, ``(index, score)`` best first (only
+        documents sharing a word with the query)."""
+        from scipy.sparse import csr_matrix
+
+        m = self._index()
+        rows, cols = [], []
+        for i, q in enumerate(queries):
+            js = {self.vocab[w] for w in q if w in self.vocab}
+            rows += [i] * len(js)
+            cols += list(js)
+        q = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(queries), m.shape[1]))
+        sims = np.asarray((q @ m.T).todense(), dtype=np.float64)
+        out = []
+        for row in sims:
+            order = np.argsort(-row, kind="stable")[:k]
+            out.append([(int(j), float(row[j])) for j in order if row[j] > 0])
+        return out

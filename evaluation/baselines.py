@@ -6,11 +6,10 @@ all-MiniLM-L6-v2 (needs torch)."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
+from pruner_model.core.retrieval import BM25
 from pruner_model.evaluation.groups import STOP_WORDS, LabeledGroup, content_words, words
 
 Scores = list[list[np.ndarray]]  # per group, per passage: one score per unit
@@ -50,29 +49,6 @@ def lexical_scores(g: LabeledGroup) -> list[np.ndarray]:
             sc.append(0.7 * inter / len(q) + 0.3 * inter / len(s) if q and s else 0.0)
         out.append(np.array(sc))
     return out
-
-
-class BM25:
-    def __init__(self, docs: list[list[str]], k1: float = 1.5, b: float = 0.75):
-        self.k1, self.b = k1, b
-        self.df = Counter(w for d in docs for w in set(d))
-        self.n = len(docs)
-        self.avgdl = float(np.mean([len(d) for d in docs])) if docs else 1.0
-
-    def score(self, query: list[str], doc: list[str]) -> float:
-        tf = Counter(doc)
-        s = 0.0
-        for w in set(query):
-            if w not in tf:
-                continue
-            idf = math.log(1 + (self.n - self.df[w] + 0.5) / (self.df[w] + 0.5))
-            s += (
-                idf
-                * tf[w]
-                * (self.k1 + 1)
-                / (tf[w] + self.k1 * (1 - self.b + self.b * len(doc) / self.avgdl))
-            )
-        return s
 
 
 @baseline("bm25", "bm25_top_n")

@@ -46,6 +46,7 @@ class AdaptSettings:
     max_train_groups: int | None = None  # of the train split (seeded); None: all of them
     seed: int = 0
     overrides: list[str] = field(default_factory=list)  # key=value of the training config
+    corpus: dict | None = None  # `--corpus`: the corpus steps' settings (labeled: what they write)
 
     def check(self) -> None:
         if len(self.shares) != 3 or any(s <= 0 for s in self.shares):
@@ -58,15 +59,20 @@ class AdaptSettings:
             raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError("--target-evidence must be in (0, 1]")
-        for f in self.labeled:
+        for f in [] if self.corpus else self.labeled:
             if not Path(f).is_file():
                 raise ValueError(f"{f}: no such labeled records file")
 
 
 def document_of(records: list[dict]) -> str:
-    """The document a query group is about: its answer passage's title, else its first passage's;
-    without titles, the text of its answer passage (else its first passage), so that questions
-    about one passage stay together."""
+    """The document a query group is about: ``meta.document`` where the records name it (the
+    corpus steps do: the document a question was written for), else its answer passage's title,
+    else its first passage's; without titles, the text of its answer passage (else its first
+    passage), so that questions about one passage stay together."""
+    for r in records:
+        doc = (r.get("meta") or {}).get("document")
+        if isinstance(doc, str) and doc:
+            return "document:" + doc
     answered = [r for r in records if r.get("relevant_spans")]
     for r in answered + records:
         if (r.get("title") or "").strip():
@@ -189,11 +195,21 @@ def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> di
     }
 
 
+def _compared(settings: dict, key: str):
+    """A setting as a resumed adaptation must match it (the LLM of the corpus steps may change
+    between runs: what it wrote is kept)."""
+    value = settings.get(key)
+    if key == "corpus" and value:
+        return {k: v for k, v in value.items() if k != "llm_model"}
+    return value
+
+
 @dataclass
 class AdaptState:
     """What ``adapt.json`` holds: each finished step's result."""
 
     settings: dict
+    corpus: dict | None = None  # the corpus steps' results, by step
     split: dict | None = None
     train: dict | None = None
     calibrate: dict | None = None
@@ -206,8 +222,9 @@ class AdaptState:
         if not path.is_file():
             return cls(settings=mine)
         state = cls(**json.loads(path.read_text(encoding="utf-8")))
-        for key in ("labeled", "model", "shares", "seed", "replay_share", "epochs", "max_train_groups"):
-            if json.dumps(state.settings.get(key)) != json.dumps(mine.get(key)):
+        keys = ("labeled", "model", "shares", "seed", "replay_share", "epochs", "max_train_groups", "corpus")
+        for key in keys:
+            if json.dumps(_compared(state.settings, key)) != json.dumps(_compared(mine, key)):
                 raise ValueError(
                     f"{out} holds an adaptation with another {key} ({state.settings.get(key)!r}): "
                     "use a new --output, or delete it"

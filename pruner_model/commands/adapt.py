@@ -1,6 +1,7 @@
-"""`pruner adapt --labeled`: a checkpoint adapted to labeled records of your own text in one
-command (split by document, fine-tune with replay, calibrate, report), resumable step by step
-(:mod:`pruner_model.training.adapt`)."""
+"""`pruner adapt`: a checkpoint adapted to your own text in one command, resumable step by step:
+from labeled records (``--labeled``: split by document, fine-tune with replay, calibrate, report,
+:mod:`pruner_model.training.adapt`), or from a folder of documents (``--corpus``: chunks, written
+questions, mined groups and LLM labels first, :mod:`pruner_model.commands.adapt_corpus`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+from pruner_model.commands.adapt_corpus import (
+    CORPUS_STEPS,
+    add_corpus_arguments,
+    corpus_markdown,
+    corpus_settings,
+    run_corpus_steps,
+)
 from pruner_model.commands.common import (
     add_overrides_argument,
     add_precision_argument,
@@ -25,10 +33,19 @@ def _parser() -> argparse.ArgumentParser:
         "train / calibration / report, the checkpoint is fine-tuned on the train split with a share of "
         "its own training data replayed, its threshold calibrated on the calibration split, and the "
         "report split measures the checkpoint's default, the checkpoint recalibrated alone, and the "
-        "adapted model. Writes OUTPUT/model (the adapted checkpoint), OUTPUT/report.md and "
+        "adapted model. With --corpus instead of --labeled, the records are made first: the documents "
+        "chunked, questions written for them and their groups labeled by an LLM behind an "
+        "OpenAI-compatible endpoint. Writes OUTPUT/model (the adapted checkpoint), OUTPUT/report.md and "
         "OUTPUT/adapt.json; run it again to resume after an interruption.",
     )
-    p.add_argument("--labeled", required=True, nargs="+", help="labeled records of your text (JSONL)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--labeled", nargs="+", help="labeled records of your text (JSONL)")
+    src.add_argument(
+        "--corpus",
+        default=None,
+        help="a folder of .txt/.md/.html documents or a JSONL of {id, title, text}: questions and labels "
+        "come from the LLM of --llm-model (options below)",
+    )
     p.add_argument("--model", required=True, help="the checkpoint to start from, e.g. runs/quickstart")
     p.add_argument("--output", required=True, help="folder for the splits, the adapted model and the report")
     p.add_argument(
@@ -73,7 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         p, "override a value of the fine-tuning config, e.g. --set train.lr=3e-5 (repeatable)"
     )
     p.add_argument("--backend", choices=["auto", "torch"], default="auto")
+    p.add_argument("--until", choices=[*CORPUS_STEPS, "split", "train", "calibrate"], default=None,
+                   help="stop after this step (run again without it to go on)")  # fmt: skip
     add_precision_argument(p)
+    add_corpus_arguments(p)
     return p
 
 
@@ -84,8 +104,11 @@ def _settings(args):
         shares = tuple(float(x) for x in args.split.split(","))
     except ValueError:
         raise ValueError(f"--split must be three numbers, got {args.split!r}") from None
+    corpus = corpus_settings(args) if args.corpus is not None else None
+    labeled = [str(Path(args.output) / "data" / "labeled.jsonl")] if corpus else list(args.labeled)
     settings = AdaptSettings(
-        labeled=list(args.labeled),
+        labeled=labeled,
+        corpus=corpus,
         model=str(existing_model_dir(args.model)),
         output=args.output,
         shares=shares,
@@ -117,6 +140,15 @@ def adapt_main(argv: list[str] | None = None) -> int:
     out = Path(settings.output)
     out.mkdir(parents=True, exist_ok=True)
     state = AdaptState.load(out, settings)
+    if settings.corpus:
+        from pruner_model.annotation.llm import EndpointDown
+
+        try:
+            if not run_corpus_steps(settings, state, out, args, args.until, _say):
+                return _stopped(args.until)
+        except EndpointDown as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
     if state.split is None:
         state.split = split_records(settings, out)
         state.save(out)
@@ -124,12 +156,18 @@ def adapt_main(argv: list[str] | None = None) -> int:
         "split",
         ", ".join(f"{s} {c['groups']} groups ({c['documents']} documents)" for s, c in state.split.items()),
     )
+    if args.until == "split":
+        return _stopped("split")
     if state.train is None:
         state.train = _train(settings, out, state.split["train"]["groups"])
         state.save(out)
+    if args.until == "train":
+        return _stopped("train")
     if state.calibrate is None:
         state.calibrate = _calibrate(settings, out, args)
         state.save(out)
+    if args.until == "calibrate":
+        return _stopped("calibrate")
     if state.report is None:
         state.report = _report(settings, out, args, state)
         state.save(out)
@@ -137,6 +175,11 @@ def adapt_main(argv: list[str] | None = None) -> int:
     (out / "report.md").write_text(report, encoding="utf-8")
     print(report, file=sys.stderr)
     print(f"adapted checkpoint: {out / 'model'} (report in {out / 'report.md'})", file=sys.stderr)
+    return 0
+
+
+def _stopped(step: str) -> int:
+    _say("stopped", f"after {step}, as --until asked: run the same command without --until to go on")
     return 0
 
 
@@ -259,6 +302,7 @@ def report_markdown(state) -> str:
         "|---|---|---|---|",
         *(f"| {s} | {c['groups']} | {c['documents']} | {c['with_answer']} |" for s, c in state.split.items()),
         "",
+        *(corpus_markdown(state.corpus) if state.corpus else []),
         f"Fine-tuning: {state.train['seconds'] / 60:.1f} minutes. On the report split ({r['report_groups']} "
         f"groups, never trained or calibrated on), target {r['target']}:",
         "",

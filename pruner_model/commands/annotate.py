@@ -25,8 +25,7 @@ def _annotate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--output", required=True, help="labeled records (JSONL, appended)")
     p.add_argument("--model", default=os.environ.get("OPENAI_MODEL"), help="model name (or $OPENAI_MODEL)")
-    p.add_argument("--base-url", default=None, help="endpoint (default: $OPENAI_BASE_URL)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    add_endpoint_arguments(p)
     p.add_argument("--limit", type=int, default=None, help="only the first N groups")
     p.add_argument(
         "--shard",
@@ -35,7 +34,7 @@ def _annotate_parser() -> argparse.ArgumentParser:
         help="label only shard K of N (a stable hash of the group ids); give each shard its own --output",
     )
     _add_batch_arguments(p)
-    _add_request_arguments(p)
+    add_request_arguments(p)
     p.add_argument("--compare-gold", default=None, metavar="GOLD.jsonl", help="gold labeled records")
     return p
 
@@ -63,7 +62,13 @@ def _add_batch_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_request_arguments(p: argparse.ArgumentParser) -> None:
+def add_endpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the OpenAI-compatible endpoint is and which variable holds its key."""
+    p.add_argument("--base-url", default=None, help="endpoint (default: $OPENAI_BASE_URL)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
     """How online requests are sent, retried, bounded and priced."""
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--timeout", type=float, default=60.0)
@@ -144,16 +149,22 @@ def _read_groups(path: str) -> list[dict]:
 
 
 def _settings(args):
-    from pruner_model.annotation.settings import AnnotatorSettings
-
-    if not args.model:
-        raise ValueError("--model is required (or set OPENAI_MODEL)")
     if args.no_wait and not args.batch_api:
         raise ValueError("--no-wait needs --batch-api")
+    return endpoint_settings(args, args.model)
+
+
+def endpoint_settings(args, model: str | None, model_flag: str = "--model"):
+    """The labeler's settings from the request arguments (:func:`add_request_arguments`) and the
+    endpoint's ``--base-url`` / ``--api-key-env``, for the LLM ``model``."""
+    from pruner_model.annotation.settings import AnnotatorSettings
+
+    if not model:
+        raise ValueError(f"{model_flag} is required (or set OPENAI_MODEL)")
     if args.max_connection_failures < 1:
         raise ValueError("--max-connection-failures must be >= 1")
     return AnnotatorSettings(
-        model=args.model,
+        model=model,
         base_url=args.base_url,
         api_key=os.environ.get(args.api_key_env, ""),  # unset: no key, never another variable's
         concurrency=args.concurrency,
