@@ -33,19 +33,11 @@ def _parser() -> argparse.ArgumentParser:
         "train / calibration / report, the checkpoint is fine-tuned on the train split with a share of "
         "its own training data replayed, its threshold calibrated on the calibration split, and the "
         "report split measures the checkpoint's default, the checkpoint recalibrated alone, and the "
-        "adapted model. With --corpus instead of --labeled, the records are made first: the documents "
-        "chunked, questions written for them and their groups labeled by an LLM behind an "
-        "OpenAI-compatible endpoint. Writes OUTPUT/model (the adapted checkpoint), OUTPUT/report.md and "
-        "OUTPUT/adapt.json; run it again to resume after an interruption.",
+        "adapted model. --corpus instead: documents chunked, questions written and groups labeled by an "
+        "LLM first. Writes OUTPUT/model (the adapted checkpoint), OUTPUT/report.md and OUTPUT/adapt.json; "
+        "run it again to resume after an interruption.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--labeled", nargs="+", help="labeled records of your text (JSONL)")
-    src.add_argument(
-        "--corpus",
-        default=None,
-        help="a folder of .txt/.md/.html documents or a JSONL of {id, title, text}: questions and labels "
-        "come from the LLM of --llm-model (options below)",
-    )
+    _add_inputs(p)
     p.add_argument("--model", required=True, help="the checkpoint to start from, e.g. runs/quickstart")
     p.add_argument("--output", required=True, help="folder for the splits, the adapted model and the report")
     p.add_argument(
@@ -90,11 +82,27 @@ def _parser() -> argparse.ArgumentParser:
         p, "override a value of the fine-tuning config, e.g. --set train.lr=3e-5 (repeatable)"
     )
     p.add_argument("--backend", choices=["auto", "torch"], default="auto")
-    p.add_argument("--until", choices=[*CORPUS_STEPS, "split", "train", "calibrate"], default=None,
-                   help="stop after this step (run again without it to go on)")  # fmt: skip
     add_precision_argument(p)
     add_corpus_arguments(p)
     return p
+
+
+def _add_inputs(p: argparse.ArgumentParser) -> None:
+    """What the adaptation starts from (labeled records or documents) and where it may stop."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--labeled", nargs="+", help="labeled records of your text (JSONL)")
+    src.add_argument(
+        "--corpus",
+        default=None,
+        help="a folder of .txt/.md/.html documents or a JSONL of {id, title, text}: questions and labels "
+        "come from the LLM of --llm-model (options below)",
+    )
+    p.add_argument(
+        "--until",
+        choices=[*CORPUS_STEPS, "split", "train", "calibrate"],
+        default=None,
+        help="stop after this step (run again without it to go on)",
+    )
 
 
 def _settings(args):

@@ -202,8 +202,6 @@ def _labels(c: dict, data: Path, args, seed: int) -> dict:
     with tqdm(total=len(groups), desc="labeling", unit="group") as bar:
         acc = annotator.run(groups, raw, data / "labels.rejects.jsonl", bar, [data / "groups.jsonl"])
     records, counts = confirm(read_jsonl(raw), groups)
-    if not records:
-        raise ValueError(f"no labeled group kept ({counts}): see {raw} and labels.rejects.jsonl")
     write_jsonl(data / "labeled.jsonl", records)
     return {"groups rejected": acc.groups_rejected, **counts, "accounting": acc.to_dict()}
 

@@ -1,0 +1,133 @@
+"""`pruner adapt --corpus`: from a folder of documents to an adapted checkpoint.
+
+Without an LLM: a query log goes through chunking, questions and mining, and labeled records put
+where the labels step writes them go on through split, training, calibration and the report.
+Against llama.cpp's server with SmolLM2 (a real OpenAI-compatible endpoint): every corpus step
+runs, a killed run resumes without asking a chunk twice, and a dead endpoint stops the command
+with one line and loses nothing. SmolLM2 writes poor questions and labels: these tests check the
+contracts, never the quality.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pruner_model.core.records import read_jsonl, validate_labeled
+
+from pruner_model.cli import main as cli_main
+from tests.llama import free_port, llama_server
+from tests.training.helpers import make_records
+
+CORPUS = Path(__file__).parent.parent / "fixtures" / "corpus"
+TRAIN_FAST = [
+    "--epochs", "1", "--dtype", "fp32", "--replay", "--set", "train.max_steps=2", "--set", "train.batch_size=4",
+    "--set", "train.mixed_precision=no", "--set", "model.relevance_distill_weight=0",
+]  # fmt: skip
+
+
+def test_a_query_log_is_mined_into_groups_and_the_labels_go_on_to_an_adapted_checkpoint(
+    tmp_path, tiny_checkpoint, capsys
+):
+    log = tmp_path / "queries.jsonl"
+    log.write_text("".join(json.dumps({"query": q}) + "\n" for q in [
+        "how long does sourdough ferment", "when was the karrow lighthouse automated",
+        "how fast does the varn glacier move", "what does the waggle dance show",
+    ]))  # fmt: skip
+    out = tmp_path / "mine"
+    argv = ["adapt", "--corpus", str(CORPUS), "--queries", str(log), "--model", str(tiny_checkpoint),
+            "--output", str(out), "--chunk-words", "40", "--passages", "3", *TRAIN_FAST]  # fmt: skip
+    assert cli_main([*argv, "--until", "groups"]) == 0
+    assert "stopped: after groups" in capsys.readouterr().err
+    chunks = {c["id"]: c for c in read_jsonl(out / "data" / "chunks.jsonl")}
+    groups = read_jsonl(out / "data" / "groups.jsonl")
+    assert [g["query"] for g in groups] == [
+        json.loads(line)["query"] for line in log.read_text().splitlines()
+    ]
+    for g in groups:
+        assert len(g["passages"]) == 3 and all(p["id"] in chunks for p in g["passages"])
+        assert g["meta"]["kind"] == "logged" and g["meta"]["answerless"]  # a logged query has no own chunk
+    glacier = next(g for g in groups if "glacier" in g["query"])
+    assert any(p["id"].startswith("glaciers.txt#") for p in glacier["passages"])  # mined, not random
+
+    # the labels step's output, as an endpoint would have written it (groups of 20 documents)
+    records = make_records(n_groups=40, per_group=3)
+    for r in records:
+        g = int(r["id"].split("/")[0][1:])
+        r["meta"] = {**r.get("meta", {}), "group": f"q{g}", "document": f"doc{g % 20}", "kind": "factoid"}
+    (out / "data" / "labeled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    state = json.loads((out / "adapt.json").read_text())
+    state["corpus"]["labels"] = {"groups rejected": 0, "confirmed": 40, "not answered by its chunk": 0,
+                                 "kept as labeled": 0, "accounting": {"prompt_tokens": 100}, "seconds": 1.0}  # fmt: skip
+    (out / "adapt.json").write_text(json.dumps(state))
+    assert cli_main(argv) == 0
+    state = json.loads((out / "adapt.json").read_text())
+    assert sum(c["documents"] for c in state["split"].values()) == 20  # split by meta.document
+    assert (out / "model" / "model.safetensors").is_file()
+    report = (out / "report.md").read_text()
+    assert "Corpus: 8 documents" in report and "4 logged queries" in report and "40 confirmed" in report
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from llama_server(tmp_path_factory)
+
+
+def _argv(out: Path, url: str, checkpoint: Path) -> list[str]:
+    return ["adapt", "--corpus", str(CORPUS), "--model", str(checkpoint), "--output", str(out),
+            "--llm-model", "smollm2", "--base-url", url, "--api-key-env", "NO_SUCH_KEY", "--chunk-words", "40",
+            "--questions", "4", "--questions-per-chunk", "2", "--passages", "2", "--concurrency", "1",
+            "--max-retries", "1", "--timeout", "120", "--until", "labels"]  # fmt: skip
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_every_corpus_step_runs_against_a_real_endpoint_resumes_after_a_kill_and_stops_cleanly_when_it_is_down(
+    server, tmp_path, checkpoint, capsys
+):
+    out = tmp_path / "mine"
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    assert cli_main(_argv(out, dead, checkpoint)) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "unreachable" in err[-1] and "Traceback" not in "\n".join(err)
+    state = json.loads((out / "adapt.json").read_text())
+    assert set(state["corpus"]) == {"chunks"}  # the chunks stay; questions were not marked done
+    raw = out / "data" / "questions.raw.jsonl"
+    assert not raw.is_file() or not raw.read_text().strip()
+
+    # a run killed once its first chunk's questions are written...
+    cmd = [sys.executable, "-m", "pruner_model.cli", *_argv(out, server.url, checkpoint)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and not (raw.is_file() and raw.read_text().strip()):
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    written = {r["chunk"] for r in read_jsonl(raw, skip_errors=True)}
+    assert written
+
+    # ...resumes: the chunks done are not asked again, then groups and labels follow
+    assert cli_main(_argv(out, server.url, checkpoint)) == 0
+    state = json.loads((out / "adapt.json").read_text())
+    questions = state["corpus"]["questions"]
+    assert questions["accounting"]["groups_skipped"] >= len(written)
+    chunks_done = [r["chunk"] for r in read_jsonl(raw)]
+    assert (
+        len(chunks_done) == len(set(chunks_done)) == questions["chunks asked"] - questions["chunks rejected"]
+    )
+    groups = read_jsonl(out / "data" / "groups.jsonl")
+    labels = state["corpus"]["labels"]
+    outcomes = ("confirmed", "not answered by its chunk", "kept as labeled", "groups rejected")
+    assert sum(labels[k] for k in outcomes) == len(groups)
+    assert labels["accounting"]["requests"] >= 1 and labels["accounting"]["prompt_tokens"] > 0
+    kept = read_jsonl(out / "data" / "labeled.jsonl")
+    for i, r in enumerate(kept):
+        validate_labeled(r, f"labeled.jsonl:{i + 1}")
+        assert r["meta"]["document"] and r["source"].startswith("llm:smollm2@")
