@@ -74,7 +74,8 @@ def load_tokenizer(path: Path):
 def load_backend(path: Path, config, backend: str, device, show_progress_bar: bool, **backend_kwargs):
     """The encoder of the folder ``path``: ``"torch"`` (its safetensors), ``"onnx"`` (its
     ``model.onnx``, or ``model.int8.onnx`` with ``quantized=True``, whose own calibrated threshold
-    then replaces ``config``'s) or ``"auto"`` (ONNX when the folder has no safetensors)."""
+    then replaces ``config``'s; with ``quantized`` not given, int8 on a CPU when the export validated
+    and kept it, fp32 otherwise) or ``"auto"`` (ONNX when the folder has no safetensors)."""
     from pruner_model.inference.backends import TorchBackend
 
     if backend == "auto":
@@ -91,11 +92,19 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
             path, device=device, show_progress_bar=show_progress_bar, **backend_kwargs
         )
     elif backend == "onnx":
-        from pruner_model.inference.onnx_backend import OnnxBackend
+        from pruner_model.inference.onnx_backend import OnnxBackend, default_providers, validated_int8
 
         if backend_kwargs.pop("dtype", None) not in (None, "auto", "fp32"):
             raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
+        chosen = None
+        if backend_kwargs.get("quantized") is None:  # not asked: int8 on a CPU where the export kept it
+            agreement = validated_int8(path)
+            on_cpu = default_providers(device)[0] == "CPUExecutionProvider"
+            backend_kwargs["quantized"] = agreement is not None and on_cpu
+            if backend_kwargs["quantized"]:
+                chosen = f"int8 keep/drop agreement with fp32 {agreement:.3f} at export; quantized=False for fp32"
         impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
+        impl.chosen = chosen
         if backend_kwargs.get("quantized") and config.int8_threshold is not None:
             config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
             config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands

@@ -20,6 +20,21 @@ def _unchecked(path: Path) -> bool:
         return False
 
 
+def validated_int8(path: Path) -> float | None:
+    """The keep/drop agreement of the folder's int8 graph with fp32 when its export checked and
+    kept it (``model.int8.onnx`` present, ``int8_ok`` in the report), else None."""
+    try:
+        report = json.loads((path / "export_report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("validated") is False or report.get("int8_ok") is not True:
+        return None
+    if "model.int8.onnx" not in (report.get("files") or []) or not (path / "model.int8.onnx").is_file():
+        return None
+    agreement = report.get("int8_agreement")
+    return float(agreement) if isinstance(agreement, int | float) else None
+
+
 def default_providers(device: str | None = None) -> list[str]:
     """CUDA when asked for (or, with ``device=None``, when the installed onnxruntime has it), else CPU."""
     import onnxruntime as ort
@@ -40,6 +55,7 @@ class OnnxBackend:
     """Runs ``model.onnx`` (or ``model.int8.onnx``) from an export folder."""
 
     name = "onnx"
+    chosen: str | None = None  # why the int8 graph was picked without being asked for
 
     def __init__(
         self,
@@ -70,7 +86,7 @@ class OnnxBackend:
         cls,
         path: str | Path,
         device: str | None = None,
-        quantized: bool = False,
+        quantized: bool | None = False,
         providers: list[str] | None = None,
         threads: int | None = None,
     ) -> OnnxBackend:

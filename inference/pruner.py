@@ -98,7 +98,8 @@ class ContextPruner:
             show_progress_bar: show transformers' weight-loading bar (off: loading prints nothing).
             summarizer: a :class:`~pruner_model.inference.summarize.Summarizer` (e.g.
                 ``OpenAISummarizer``) for ``prune(..., summarize=True)``.
-            **backend_kwargs: ``quantized=True`` (ONNX int8 file), ``dtype`` (torch: ``"fp32"``,
+            **backend_kwargs: ``quantized`` (an ONNX folder: ``True`` its int8 file, ``False`` its
+                fp32 one; not given: int8 on a CPU when the export validated and kept it), ``dtype`` (torch: ``"fp32"``,
                 ``"bf16"``, ``"auto"``). Without it: bf16 where native and agreeing with fp32 on
                 the validation sentences (:func:`~pruner_model.inference.agreement.choose_precision`).
 

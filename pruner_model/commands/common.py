@@ -90,6 +90,12 @@ def say_precision(pruner, dtype: str | None, chosen: bool = False) -> None:
             f"on {machine_info(device).describe()}",
             file=sys.stderr,
         )
+    elif chosen and getattr(pruner.backend, "chosen", None):  # the export's validated int8 graph
+        print(
+            f"precision: {pruner.backend.name} {pruner.precision} on {machine_info(device).describe()} "
+            f"({pruner.backend.chosen.replace('quantized=False', '--no-quantized')})",
+            file=sys.stderr,
+        )
     elif chosen and pruner.precision_agreement is not None:  # from_pretrained chose it: which, and why
         print(
             f"precision: {pruner.backend.name} {pruner.precision} on {machine_info(device).describe()} "

@@ -80,7 +80,7 @@ def test_failed_int8_check_keeps_only_the_valid_fp32_export(exported, tmp_path, 
 def test_onnx_backend_matches_torch(exported):
     ckpt, out, _ = exported
     torch_p = ContextPruner.from_pretrained(ckpt, dtype="fp32")  # the precision the graph was exported in
-    onnx_p = ContextPruner.from_pretrained(out)
+    onnx_p = ContextPruner.from_pretrained(out, quantized=False)
     assert torch_p.backend.name == "torch" and onnx_p.backend.name == "onnx"
     for threshold in (0.3, 0.5, 0.7):
         a = torch_p.prune("Where is Berlin?", PASSAGES, threshold=threshold)
@@ -94,6 +94,28 @@ def test_onnx_backend_matches_torch(exported):
     long = " ".join(f"Sentence {i} is here." for i in range(150))
     r = onnx_p.prune_batch([("q one?", [long]), ("q two?", PASSAGES)])
     assert len(r) == 2 and len(r[0].passages[0].sentences) == 150
+
+
+def test_an_onnx_folder_serves_its_validated_int8_graph_on_a_cpu_unless_told_otherwise(exported, tmp_path):
+    import shutil
+
+    _, out, report = exported
+    assert report["int8_ok"] and "model.int8.onnx" in report["files"]
+    auto = ContextPruner.from_pretrained(out, device="cpu")
+    assert auto.precision == "int8" and f"{report['int8_agreement']:.3f}" in auto.backend.chosen
+    assert ContextPruner.from_pretrained(out, quantized=False).precision == "fp32"
+    assert ContextPruner.from_pretrained(out, quantized=True).backend.chosen is None  # asked, not chosen
+    for name, change in [
+        ("refused", {"int8_ok": False}),
+        ("unchecked", {"validated": False}),
+        ("listed-only", {"files": ["model.onnx"]}),
+    ]:
+        other = tmp_path / name
+        shutil.copytree(out, other)
+        (other / "export_report.json").write_text(json.dumps({**report, **change}))
+        assert ContextPruner.from_pretrained(other, device="cpu").precision == "fp32", name
+    (other / "export_report.json").unlink()  # an export without its report: fp32
+    assert ContextPruner.from_pretrained(other, device="cpu").precision == "fp32"
 
 
 def test_int8_backend_loads_and_runs(exported):
