@@ -1,5 +1,6 @@
 """Inference benchmark: torch fp32, torch bf16 (where native), what ``from_pretrained`` picks with
-no flags (``default``), onnx fp32 and onnx int8, 1 and 2 threads, and the HTTP
+no flags for the checkpoint (``default``) and for its ONNX folder (``default_onnx``: the int8 graph
+where the export kept it), onnx fp32 and onnx int8, 1 and 2 threads, and the HTTP
 server with and without micro-batching, all measured in one run on the same inputs.
 
     python benchmarks/bench_inference.py --model runs/quickstart [--onnx runs/quickstart-onnx]
@@ -142,7 +143,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: str, extra: list[str], cpus: set[int] | None = None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    model_dir: str, extra: list[str], cpus: set[int] | None = None
+) -> tuple[subprocess.Popen, str]:
     """A real `pruner serve` process on a free 127.0.0.1 port, once it answers /health
     (``cpus``: the CPUs it may run on; all by default)."""
     port = free_port()
@@ -280,7 +283,11 @@ def main() -> int:
             ),
             # what a user gets with no flags: the fastest precision that agrees with fp32 here
             "default": ContextPruner.from_pretrained(args.model, device="cpu"),
-            "onnx_fp32": ContextPruner.from_pretrained(onnx_dir, backend="onnx", device="cpu", threads=n),
+            # what an ONNX folder serves with no flags: its int8 graph where the export kept it
+            "default_onnx": ContextPruner.from_pretrained(onnx_dir, device="cpu", threads=n),
+            "onnx_fp32": ContextPruner.from_pretrained(
+                onnx_dir, backend="onnx", device="cpu", threads=n, quantized=False
+            ),
             "onnx_int8": ContextPruner.from_pretrained(
                 onnx_dir, backend="onnx", device="cpu", threads=n, quantized=True
             ),
@@ -326,6 +333,7 @@ def main() -> int:
         if f"torch_bf16@{n}t" in results["runs"]:
             ratios[f"torch_bf16/torch_fp32@{n}t"] = results["runs"][f"torch_bf16@{n}t"]["pairs_per_s"] / base
         ratios[f"default/torch_fp32@{n}t"] = results["runs"][f"default@{n}t"]["pairs_per_s"] / base
+        ratios[f"default_onnx/torch_fp32@{n}t"] = results["runs"][f"default_onnx@{n}t"]["pairs_per_s"] / base
         ratios[f"onnx_fp32/torch_fp32@{n}t"] = results["runs"][f"onnx_fp32@{n}t"]["pairs_per_s"] / base
         ratios[f"onnx_int8/torch_fp32@{n}t"] = results["runs"][f"onnx_int8@{n}t"]["pairs_per_s"] / base
     ceiling = bench_batching_ceiling(
