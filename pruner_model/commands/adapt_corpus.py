@@ -154,6 +154,10 @@ def _questions(c: dict, data: Path, args, seed: int) -> dict:
     questions = [
         {**q, "chunk": r["chunk"], "document": r["document"]} for r in read_jsonl(raw) for q in r["questions"]
     ]
+    if not questions:  # the step is not marked done: the same command asks again
+        raise ValueError(
+            f"no chunk got questions ({acc.groups_rejected} rejected, reasons in questions.rejects.jsonl)"
+        )
     write_jsonl(data / "questions.jsonl", questions)
     return {
         "chunks asked": len(sampled),
@@ -201,7 +205,12 @@ def _labels(c: dict, data: Path, args, seed: int) -> dict:
     raw = data / "labels.raw.jsonl"
     with tqdm(total=len(groups), desc="labeling", unit="group") as bar:
         acc = annotator.run(groups, raw, data / "labels.rejects.jsonl", bar, [data / "groups.jsonl"])
-    records, counts = confirm(read_jsonl(raw), groups)
+    labeled = read_jsonl(raw)
+    if not labeled:  # the step is not marked done: the same command asks again
+        raise ValueError(
+            f"no group was labeled ({acc.groups_rejected} rejected, reasons in labels.rejects.jsonl)"
+        )
+    records, counts = confirm(labeled, groups)
     write_jsonl(data / "labeled.jsonl", records)
     return {"groups rejected": acc.groups_rejected, **counts, "accounting": acc.to_dict()}
 

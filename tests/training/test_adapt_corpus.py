@@ -3,8 +3,8 @@
 Without an LLM: a query log goes through chunking, questions and mining, and labeled records put
 where the labels step writes them go on through split, training, calibration and the report.
 Against llama.cpp's server with SmolLM2 (a real OpenAI-compatible endpoint): every corpus step
-runs, a killed run resumes without asking a chunk twice, and a dead endpoint stops the command
-with one line and loses nothing. SmolLM2 writes poor questions and labels: these tests check the
+runs and a killed run resumes without asking a chunk twice; a dead endpoint stops the command
+with one line and marks nothing done. SmolLM2 writes poor questions and labels: these tests check the
 contracts, never the quality.
 """
 
@@ -83,17 +83,27 @@ def _argv(out: Path, url: str, checkpoint: Path) -> list[str]:
     return ["adapt", "--corpus", str(CORPUS), "--model", str(checkpoint), "--output", str(out),
             "--llm-model", "smollm2", "--base-url", url, "--api-key-env", "NO_SUCH_KEY", "--chunk-words", "40",
             "--questions", "4", "--questions-per-chunk", "2", "--passages", "2", "--concurrency", "1",
-            "--max-retries", "1", "--timeout", "120", "--until", "labels"]  # fmt: skip
+            "--max-retries", "1", "--max-connection-failures", "1", "--timeout", "120", "--until", "labels"]  # fmt: skip
 
 
-@pytest.mark.llm
-@pytest.mark.slow
-def test_every_corpus_step_runs_against_a_real_endpoint_resumes_after_a_kill_and_stops_cleanly_when_it_is_down(
-    server, tmp_path, checkpoint, capsys
+def test_an_endpoint_that_is_down_stops_the_command_in_one_line_and_nothing_is_marked_done(
+    tmp_path, checkpoint, capsys
 ):
     out = tmp_path / "mine"
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    assert cli_main(_argv(out, dead, checkpoint)) == 3
+    argv = _argv(out, dead, checkpoint)
+    few = [
+        *argv[: argv.index("--max-connection-failures")],
+        *argv[argv.index("--max-connection-failures") + 2 :],
+    ]
+    assert cli_main(few) == 2  # fewer chunks than failures in a row: each rejected, none written
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith("error: no chunk got questions (2 rejected")
+    )
+    assert cli_main(argv) == 3  # the endpoint is down after one failure
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "unreachable" in err[-1] and "Traceback" not in "\n".join(err)
     state = json.loads((out / "adapt.json").read_text())
@@ -101,6 +111,14 @@ def test_every_corpus_step_runs_against_a_real_endpoint_resumes_after_a_kill_and
     raw = out / "data" / "questions.raw.jsonl"
     assert not raw.is_file() or not raw.read_text().strip()
 
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_every_corpus_step_runs_against_a_real_endpoint_and_resumes_after_a_kill(
+    server, tmp_path, checkpoint, capsys
+):
+    out = tmp_path / "mine"
+    raw = out / "data" / "questions.raw.jsonl"
     # a run killed once its first chunk's questions are written...
     cmd = [sys.executable, "-m", "pruner_model.cli", *_argv(out, server.url, checkpoint)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
