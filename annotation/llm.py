@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TypeVar
 
 from pruner_model.annotation.prompt import (
     PROMPT_VERSION,
@@ -34,6 +35,8 @@ from pruner_model.annotation.resume import drop_partial_groups, read_jsonl_lenie
 from pruner_model.annotation.settings import Accounting, AnnotatorSettings
 from pruner_model.core.chat import ChatEndpoint, TransportError
 from pruner_model.core.records import resumable_output
+
+T = TypeVar("T")
 
 
 class EndpointDown(RuntimeError):
@@ -62,36 +65,42 @@ class Annotator(ChatEndpoint):
         """The chat-completion request for ``messages`` (structured output by ``mode``)."""
         return self.chat_body(messages, response_schema(passages), "labels", mode)
 
-    def _complete(self, messages: list[dict], passages: list[PromptPassage]) -> str:
-        """One chat completion with bounded retries; returns the answer text."""
-        return self.complete(lambda mode: self.request_body(messages, passages, mode))
-
-    # ------------------------------------------------------------------ one group
-    def _ask(self, query: str, passages: list[PromptPassage]) -> dict[str, tuple[list[int], str]]:
-        """Labels for ``passages`` from one request (cache first; invalid answers retried)."""
-        key = request_key(self.s.model, query, passages)
+    def ask(self, key: str, parse: Callable[[str], T], body: Callable[[str], dict]) -> T:
+        """``parse`` of the answer to the request ``body(mode)``, cached under ``key``: the cache
+        first, an answer ``parse`` refuses (:class:`InvalidAnswer`) asked again up to
+        ``max_invalid`` times, a valid one stored."""
         with self._lock:
             cached = self.cache.get(key)
         if cached is not None:
             try:
-                labels = parse_answer(cached, passages)
+                parsed = parse(cached)
                 self.acc.add(cache_hits=1)
-                return labels
+                return parsed
             except InvalidAnswer:
                 pass
-        messages = build_messages(query, passages, nonce=key[:12])
         last = None
         for _ in range(self.s.max_invalid + 1):
-            content = self._complete(messages, passages)
+            content = self.complete(body)
             try:
-                labels = parse_answer(content, passages)
+                parsed = parse(content)
             except InvalidAnswer as exc:
                 self.acc.add(invalid_answers=1)
                 last = exc
                 continue
             self.remember(key, content)
-            return labels
+            return parsed
         raise InvalidAnswer(f"{last} (after {self.s.max_invalid + 1} answers)")
+
+    # ------------------------------------------------------------------ one group
+    def _ask(self, query: str, passages: list[PromptPassage]) -> dict[str, tuple[list[int], str]]:
+        """Labels for ``passages`` from one request (cache first; invalid answers retried)."""
+        key = request_key(self.s.model, query, passages)
+        messages = build_messages(query, passages, nonce=key[:12])
+        return self.ask(
+            key,
+            lambda content: parse_answer(content, passages),
+            lambda mode: self.request_body(messages, passages, mode),
+        )
 
     def plan(self, group: dict) -> tuple[list[PromptPassage], bool]:
         """The group's prompt passages and whether they fit one listwise request (else one

@@ -133,30 +133,12 @@ class QuestionWriter(Annotator):
                 [self.s.model, QUESTION_PROMPT_VERSION, kinds, chunk.get("title"), chunk["text"]]
             ).encode()
         ).hexdigest()
-        with self._lock:
-            cached = self.cache.get(key)
-        if cached is not None:
-            try:
-                questions = parse_questions(cached, kinds)
-                self.acc.add(cache_hits=1)
-                return questions
-            except InvalidAnswer:
-                pass
         messages = build_messages(chunk, kinds, nonce=key[:12])
-        last = None
-        for _ in range(self.s.max_invalid + 1):
-            content = self.complete(
-                lambda mode: self.chat_body(messages, response_schema(kinds), "questions", mode)
-            )
-            try:
-                questions = parse_questions(content, kinds)
-            except InvalidAnswer as exc:
-                self.acc.add(invalid_answers=1)
-                last = exc
-                continue
-            self.remember(key, content)
-            return questions
-        raise InvalidAnswer(f"{last} (after {self.s.max_invalid + 1} answers)")
+        return self.ask(
+            key,
+            lambda content: parse_questions(content, kinds),
+            lambda mode: self.chat_body(messages, response_schema(kinds), "questions", mode),
+        )
 
     def label_group(self, group: dict) -> tuple[list[dict], dict]:
         chunk = group["passages"][0]
