@@ -96,13 +96,20 @@ def test_onnx_backend_matches_torch(exported):
     assert len(r) == 2 and len(r[0].passages[0].sentences) == 150
 
 
-def test_an_onnx_folder_serves_its_validated_int8_graph_on_a_cpu_unless_told_otherwise(exported, tmp_path):
+def test_an_onnx_folder_serves_its_validated_int8_graph_on_a_cpu_unless_told_otherwise(
+    exported, tmp_path, capsys
+):
     import shutil
+
+    from pruner_model.commands.common import say_precision
 
     _, out, report = exported
     assert report["int8_ok"] and "model.int8.onnx" in report["files"]
     auto = ContextPruner.from_pretrained(out, device="cpu")
     assert auto.precision == "int8" and f"{report['int8_agreement']:.3f}" in auto.backend.chosen
+    say_precision(auto, None, chosen=True)  # what `pruner serve` prints at start-up
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("precision: onnx int8 on ") and "--no-quantized for fp32" in line
     assert ContextPruner.from_pretrained(out, quantized=False).precision == "fp32"
     assert ContextPruner.from_pretrained(out, quantized=True).backend.chosen is None  # asked, not chosen
     for name, change in [
