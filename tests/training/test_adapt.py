@@ -77,7 +77,7 @@ def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, ca
     out = tmp_path / "adapted"
     argv = [
         "adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--output", str(out),
-        "--replay", "--epochs", "1", "--dtype", "fp32",
+        "--replay", "--epochs", "1", "--dtype", "fp32", "--general-dev", str(path), "--general-groups", "8",
         "--set", "train.max_steps=2", "--set", "train.batch_size=4", "--set", "train.mixed_precision=no",
         "--set", "model.relevance_distill_weight=0",
     ]  # fmt: skip
@@ -90,6 +90,9 @@ def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, ca
     assert config["threshold"] == pytest.approx(state["calibrate"]["threshold"])
     report = (out / "report.md").read_text()
     assert "adapted, calibrated on your calibration split" in report
+    kept, compression = state["report"]["general"]["defaults"]["adapted"]
+    assert 0 <= kept <= 1 and 0 <= compression <= 1
+    assert f"adapted {kept:.3f} / {compression:.3f}" in report  # the promise on general text, shown
     weights = (out / "model" / "model.safetensors").stat().st_mtime_ns
     assert cli_main(argv) == 0  # everything done: nothing is trained again
     assert (out / "model" / "model.safetensors").stat().st_mtime_ns == weights
