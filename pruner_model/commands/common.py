@@ -51,6 +51,18 @@ def add_overrides_argument(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
+def add_quantized_argument(p: argparse.ArgumentParser) -> None:
+    """``--quantized`` / ``--no-quantized``: which graph of an ONNX folder (default: the int8 one
+    on a CPU when the export validated and kept it)."""
+    p.add_argument(
+        "--quantized",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="an ONNX folder's model.int8.onnx (--no-quantized: model.onnx); default: int8 on a CPU when "
+        "the export validated and kept it",
+    )
+
+
 def add_precision_argument(p: argparse.ArgumentParser) -> None:
     """``--dtype``: the torch encoder's precision (an ONNX folder has its own)."""
     p.add_argument(
@@ -72,6 +84,8 @@ def load_pruner(model_dir: Path, args, say: bool = True, **kwargs):
 
     dtype = getattr(args, "dtype", None)
     extra = {"dtype": dtype} if dtype else {}
+    if "quantized" not in kwargs and getattr(args, "quantized", None) is not None:
+        extra["quantized"] = args.quantized  # --quantized / --no-quantized
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, **kwargs, **extra)
     if say:
         say_precision(pruner, dtype)

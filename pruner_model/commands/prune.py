@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pruner_model.commands.common import (
     add_precision_argument,
+    add_quantized_argument,
     add_summarizer_arguments,
     existing_model_dir,
     load_passages,
@@ -42,6 +43,7 @@ def _prune_parser() -> argparse.ArgumentParser:
     add_selection_arguments(p)
     add_summarizer_arguments(p)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
+    add_quantized_argument(p)
     add_precision_argument(p)
     p.add_argument("--format", choices=["text", "json", "html"], default="text")
     p.add_argument("--output", default=None, help="write here instead of stdout (batch mode: required)")

@@ -7,6 +7,7 @@ import sys
 
 from pruner_model.commands.common import (
     add_precision_argument,
+    add_quantized_argument,
     add_summarizer_arguments,
     existing_model_dir,
     load_pruner,
@@ -66,13 +67,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")
-    p.add_argument(
-        "--quantized",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="an ONNX folder's model.int8.onnx (--no-quantized: model.onnx); default: int8 on a CPU when "
-        "the export validated and kept it",
-    )
+    add_quantized_argument(p)
     p.add_argument("--device", default=None, help="cpu or cuda (default: the best available)")
     add_precision_argument(p)
     p.add_argument("--max-batch", type=int, default=32, help="queries per encoder micro-batch")

@@ -111,6 +111,13 @@ def test_an_onnx_folder_serves_its_validated_int8_graph_on_a_cpu_unless_told_oth
     line = capsys.readouterr().err.strip()
     assert line.startswith("precision: onnx int8 on ") and "--no-quantized for fp32" in line
     assert ContextPruner.from_pretrained(out, quantized=False).precision == "fp32"
+    from argparse import Namespace
+
+    from pruner_model.commands.common import load_pruner
+
+    for flag, precision in [(None, "int8"), (False, "fp32"), (True, "int8")]:  # the CLIs' --[no-]quantized
+        args = Namespace(backend="auto", dtype=None, quantized=flag)
+        assert load_pruner(out, args, say=False, device="cpu").precision == precision
     assert ContextPruner.from_pretrained(out, quantized=True).backend.chosen is None  # asked, not chosen
     for name, change in [
         ("refused", {"int8_ok": False}),
