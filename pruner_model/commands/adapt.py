@@ -112,6 +112,11 @@ def _settings(args):
         shares = tuple(float(x) for x in args.split.split(","))
     except ValueError:
         raise ValueError(f"--split must be three numbers, got {args.split!r}") from None
+    if args.corpus is not None and not Path(args.model).is_dir():
+        raise ValueError(
+            f"--model {args.model!r} is not a checkpoint folder: --model names the checkpoint to adapt "
+            "(e.g. runs/quickstart), --llm-model the LLM that writes questions and labels"
+        )
     corpus = corpus_settings(args) if args.corpus is not None else None
     labeled = [str(Path(args.output) / "data" / "labeled.jsonl")] if corpus else list(args.labeled)
     settings = AdaptSettings(

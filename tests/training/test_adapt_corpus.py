@@ -103,6 +103,9 @@ def test_an_endpoint_that_is_down_stops_the_command_in_one_line_and_nothing_is_m
         .splitlines()[-1]
         .startswith("error: no chunk got questions (2 rejected")
     )
+    llm_as_model = [*few[: few.index("--model") + 1], "gpt-4o-mini", *few[few.index("--model") + 2 :]]
+    assert cli_main(llm_as_model) == 2  # the LLM given where the checkpoint goes: said in one line
+    assert "--llm-model the LLM" in capsys.readouterr().err
     assert cli_main(argv) == 3  # the endpoint is down after one failure
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "unreachable" in err[-1] and "Traceback" not in "\n".join(err)
