@@ -105,9 +105,11 @@ def build_groups(
     for n, q in enumerate(questions):
         own = index.get(q.get("chunk"))
         document = q.get("document")
-        answerless = own is None or rng.random() < settings.answerless_share
+        answerless = (
+            own is not None and rng.random() < settings.answerless_share
+        )  # a logged query has no chunk
         barred = {i for i, c in enumerate(chunks) if c.get("document") == document} if answerless else set()
-        chosen: list[int] = [] if answerless else [own]
+        chosen: list[int] = [own] if own is not None and not answerless else []
 
         def take(candidates, limit, chosen=chosen, barred=barred):
             added = 0

@@ -52,7 +52,8 @@ def test_a_query_log_is_mined_into_groups_and_the_labels_go_on_to_an_adapted_che
     ]
     for g in groups:
         assert len(g["passages"]) == 3 and all(p["id"] in chunks for p in g["passages"])
-        assert g["meta"]["kind"] == "logged" and g["meta"]["answerless"]  # a logged query has no own chunk
+        assert g["meta"]["kind"] == "logged" and g["meta"]["chunk"] is None  # a logged query has no own chunk
+        assert not g["meta"]["answerless"]  # and no document to leave out
     glacier = next(g for g in groups if "glacier" in g["query"])
     assert any(p["id"].startswith("glaciers.txt#") for p in glacier["passages"])  # mined, not random
 
