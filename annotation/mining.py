@@ -80,6 +80,20 @@ def filter_questions(
     return kept, dropped
 
 
+def _random_chunks(rng: random.Random, n: int, excluded: set[int], k: int) -> list[int]:
+    """Up to ``k`` distinct random chunk indices below ``n`` outside ``excluded`` (drawn by
+    rejection in a large corpus, from the list of the others in a small one)."""
+    if n - len(excluded) <= 4 * k:
+        free = [j for j in range(n) if j not in excluded]
+        return rng.sample(free, min(len(free), k))
+    out: list[int] = []
+    while len(out) < k:
+        j = rng.randrange(n)
+        if j not in excluded and j not in out:
+            out.append(j)
+    return out
+
+
 def _ranked(scores: np.ndarray, k: int) -> list[int]:
     return [int(j) for j in np.argsort(-scores, kind="stable")[:k]]
 
@@ -92,7 +106,7 @@ def build_groups(
     answerless}}`` for ``questions`` over ``chunks`` (see the module's docstring; ``encoder``:
     the bi-encoder for the dense candidates, None: BM25 alone)."""
     rng = random.Random(settings.seed)
-    depth = settings.passages + 8  # candidates looked at: some are the question's own document
+    depth = settings.passages + 32  # candidates looked at: some are the question's own document
     bm25 = BM25([words(c["text"]) for c in chunks])
     lexical = bm25.search([words(q["question"]) for q in questions], depth)
     dense = None
@@ -101,6 +115,9 @@ def build_groups(
         q_vec = encoder.embed([q["question"] for q in questions])
         dense = [_ranked(c_vec @ v, depth) for v in q_vec]
     index = {c["id"]: i for i, c in enumerate(chunks)}
+    by_document: dict = {}
+    for i, c in enumerate(chunks):
+        by_document.setdefault(c.get("document"), set()).add(i)
     groups = []
     for n, q in enumerate(questions):
         own = index.get(q.get("chunk"))
@@ -108,7 +125,7 @@ def build_groups(
         answerless = (
             own is not None and rng.random() < settings.answerless_share
         )  # a logged query has no chunk
-        barred = {i for i, c in enumerate(chunks) if c.get("document") == document} if answerless else set()
+        barred = by_document.get(document, set()) if answerless else set()
         chosen: list[int] = [own] if own is not None and not answerless else []
 
         def take(candidates, limit, chosen=chosen, barred=barred):
@@ -123,8 +140,7 @@ def build_groups(
         take([j for j, _ in lexical[n]], settings.bm25)
         if dense is not None:
             take(dense[n], settings.dense)
-        free = [j for j in range(len(chunks)) if j not in chosen and j not in barred]
-        take(rng.sample(free, min(len(free), settings.passages)), settings.passages)
+        take(_random_chunks(rng, len(chunks), barred | set(chosen), settings.passages), settings.passages)
         order = rng.sample(chosen, len(chosen))  # the answer's place is not a tell
         groups.append(
             {

@@ -118,9 +118,13 @@ class BM25:
             rows += [i] * len(js)
             cols += list(js)
         q = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(queries), m.shape[1]))
-        sims = np.asarray((q @ m.T).todense(), dtype=np.float64)
+        mt = m.T.tocsr()
         out = []
-        for row in sims:
-            order = np.argsort(-row, kind="stable")[:k]
-            out.append([(int(j), float(row[j])) for j in order if row[j] > 0])
+        for s in range(0, len(queries), 256):  # a block of dense scores at a time: memory stays bounded
+            sims = np.asarray((q[s : s + 256] @ mt).todense(), dtype=np.float64)
+            for row in sims:
+                k_ = min(k, len(row))
+                top = np.argpartition(-row, k_ - 1)[:k_] if k_ else np.zeros(0, int)
+                order = top[np.argsort(-row[top], kind="stable")]
+                out.append([(int(j), float(row[j])) for j in order if row[j] > 0])
         return out
