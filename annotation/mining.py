@@ -98,7 +98,18 @@ def _ranked(scores: np.ndarray, k: int) -> list[int]:
     return [int(j) for j in np.argsort(-scores, kind="stable")[:k]]
 
 
-# over 60 lines: one pass over the questions, sharing the two indexes, their rankings and the sampler
+def _take(chosen: list[int], candidates, limit: int, barred: set[int], size: int) -> None:
+    """Append up to ``limit`` of ``candidates`` to ``chosen`` (never one chosen or barred, never
+    past ``size``)."""
+    added = 0
+    for j in candidates:
+        if added >= limit or len(chosen) >= size:
+            break
+        if j not in chosen and j not in barred:
+            chosen.append(j)
+            added += 1
+
+
 def build_groups(
     questions: list[dict], chunks: Sequence[dict], settings: GroupSettings, encoder=None, progress=None
 ) -> list[dict]:
@@ -107,57 +118,39 @@ def build_groups(
     the bi-encoder for the dense candidates, None: BM25 alone)."""
     rng = random.Random(settings.seed)
     depth = settings.passages + 32  # candidates looked at: some are the question's own document
-    bm25 = BM25([words(c["text"]) for c in chunks])
-    lexical = bm25.search([words(q["question"]) for q in questions], depth)
+    lexical = BM25([words(c["text"]) for c in chunks]).search(
+        [words(q["question"]) for q in questions], depth
+    )
     dense = None
     if encoder is not None and settings.dense:
         c_vec = encoder.embed([c["text"] for c in chunks])
-        q_vec = encoder.embed([q["question"] for q in questions])
-        dense = [_ranked(c_vec @ v, depth) for v in q_vec]
+        dense = [_ranked(c_vec @ v, depth) for v in encoder.embed([q["question"] for q in questions])]
     index = {c["id"]: i for i, c in enumerate(chunks)}
     by_document: dict = {}
     for i, c in enumerate(chunks):
         by_document.setdefault(c.get("document"), set()).add(i)
     groups = []
     for n, q in enumerate(questions):
-        own = index.get(q.get("chunk"))
-        document = q.get("document")
-        answerless = (
-            own is not None and rng.random() < settings.answerless_share
-        )  # a logged query has no chunk
-        barred = by_document.get(document, set()) if answerless else set()
+        own = index.get(q.get("chunk"))  # None: a logged query
+        answerless = own is not None and rng.random() < settings.answerless_share
+        barred = by_document.get(q.get("document"), set()) if answerless else set()
         chosen: list[int] = [own] if own is not None and not answerless else []
-
-        def take(candidates, limit, chosen=chosen, barred=barred):
-            added = 0
-            for j in candidates:
-                if added >= limit or len(chosen) >= settings.passages:
-                    break
-                if j not in chosen and j not in barred:
-                    chosen.append(j)
-                    added += 1
-
-        take([j for j, _ in lexical[n]], settings.bm25)
+        _take(chosen, [j for j, _ in lexical[n]], settings.bm25, barred, settings.passages)
         if dense is not None:
-            take(dense[n], settings.dense)
-        take(_random_chunks(rng, len(chunks), barred | set(chosen), settings.passages), settings.passages)
+            _take(chosen, dense[n], settings.dense, barred, settings.passages)
+        free = _random_chunks(rng, len(chunks), barred | set(chosen), settings.passages)
+        _take(chosen, free, settings.passages, barred, settings.passages)
         order = rng.sample(chosen, len(chosen))  # the answer's place is not a tell
-        groups.append(
-            {
-                "id": f"q{n}",
-                "query": q["question"],
-                "passages": [
-                    {"id": chunks[j]["id"], "title": chunks[j].get("title"), "text": chunks[j]["text"]}
-                    for j in order
-                ],
-                "meta": {
-                    "document": document,
-                    "kind": q.get("kind"),
-                    "chunk": q.get("chunk"),
-                    "answerless": answerless,
-                },
-            }
-        )
+        passages = [
+            {"id": chunks[j]["id"], "title": chunks[j].get("title"), "text": chunks[j]["text"]} for j in order
+        ]
+        meta = {
+            "document": q.get("document"),
+            "kind": q.get("kind"),
+            "chunk": q.get("chunk"),
+            "answerless": answerless,
+        }
+        groups.append({"id": f"q{n}", "query": q["question"], "passages": passages, "meta": meta})
         if progress is not None:
             progress.update(1)
     return groups
