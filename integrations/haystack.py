@@ -27,8 +27,9 @@ class PrunerComponent:
     text, spans, sentence scores and relevance go into ``meta``; documents pruned to nothing are
     dropped unless ``drop_empty=False``. With ``top_n`` it is a ranker: the ``top_n`` most
     relevant documents by the relevance head, best first, ``Document.score`` their relevance.
-    ``quantized``, ``backend``, ``device`` and ``dtype`` choose how the model loads (int8 from an
-    ONNX folder with ``quantized=True``). Serializable (``to_dict``/``from_dict``) when ``model``
+    ``quantized``, ``backend``, ``device`` and ``dtype`` choose how the model loads (an ONNX
+    folder: ``True`` its int8 graph, ``False`` its fp32 one, None the int8 graph on a CPU when the
+    export validated it). Serializable (``to_dict``/``from_dict``) when ``model``
     is a folder or hub id."""
 
     def __init__(
@@ -40,7 +41,7 @@ class PrunerComponent:
         drop_empty: bool = True,
         selection: dict[str, Any] | None = None,
         top_n: int | None = None,
-        quantized: bool = False,
+        quantized: bool | None = None,
         backend: str = "auto",
         device: str | None = None,
         dtype: str | None = None,
@@ -59,7 +60,7 @@ class PrunerComponent:
         """Load the pruner (Haystack calls this before the first run); components built from the
         same folder and options share one instance, loaded once even when threads race."""
         if self._pruner is None:
-            loader = {"quantized": self.quantized or None, "backend": self.backend, "device": self.device}
+            loader = {"quantized": self.quantized, "backend": self.backend, "device": self.device}
             self._pruner = load_pruner(self.model, dtype=self.dtype, **loader)
 
     @component.output_types(documents=list[Document])

@@ -93,6 +93,10 @@ def test_haystack_ranks_and_serializes_its_loader_options(pruner, int8_folder):
     assert out[0].score >= out[1].score and out[0].score == pytest.approx(out[0].meta["relevance_score"])
     again = PrunerComponent.from_dict(comp.to_dict())
     assert again.quantized is True and again.top_n == 2
+    for quantized in (None, False):  # an export written with --no-validate: fp32 unless int8 is asked for
+        plain = PrunerComponent(model=str(int8_folder), quantized=quantized, threshold=0.0)
+        plain.warm_up()
+        assert plain._pruner.precision == "fp32"
     with pytest.raises(TypeError, match="unknown selection setting"):
         PrunerComponent(model=str(int8_folder), selection={"tokens_budget": 3})
 
