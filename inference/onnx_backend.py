@@ -12,22 +12,25 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 
+def _export_report(path: Path) -> dict:
+    """The folder's ``export_report.json`` ({} when absent or unreadable)."""
+    try:
+        report = json.loads((path / "export_report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
 def _unchecked(path: Path) -> bool:
     """The export report says the folder was not validated (``pruner export --no-validate``)."""
-    try:
-        return json.loads((path / "export_report.json").read_text(encoding="utf-8")).get("validated") is False
-    except (OSError, ValueError, AttributeError):
-        return False
+    return _export_report(path).get("validated") is False
 
 
 def validated_int8(path: Path) -> float | None:
     """The keep/drop agreement of the folder's int8 graph with fp32 when its export checked and
     kept it (``model.int8.onnx`` present, ``int8_ok`` in the report), else None."""
-    try:
-        report = json.loads((path / "export_report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(report, dict) or report.get("validated") is False or report.get("int8_ok") is not True:
+    report = _export_report(path)
+    if report.get("validated") is False or report.get("int8_ok") is not True:
         return None
     if "model.int8.onnx" not in (report.get("files") or []) or not (path / "model.int8.onnx").is_file():
         return None
