@@ -102,7 +102,7 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
             on_cpu = default_providers(device)[0] == "CPUExecutionProvider"
             backend_kwargs["quantized"] = agreement is not None and on_cpu
             if backend_kwargs["quantized"]:
-                chosen = f"int8 keep/drop agreement with fp32 {agreement:.3f} at export; quantized=False for fp32"
+                chosen = f"int8 keep/drop agreement with fp32 {agreement:.3f} at export"
         impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
         impl.chosen = chosen
         if backend_kwargs.get("quantized") and config.int8_threshold is not None:

@@ -107,7 +107,7 @@ def say_precision(pruner, dtype: str | None, chosen: bool = False) -> None:
     elif chosen and getattr(pruner.backend, "chosen", None):  # the export's validated int8 graph
         print(
             f"precision: {pruner.backend.name} {pruner.precision} on {machine_info(device).describe()} "
-            f"({pruner.backend.chosen.replace('quantized=False', '--no-quantized')})",
+            f"({pruner.backend.chosen}; --no-quantized for fp32)",
             file=sys.stderr,
         )
     elif chosen and pruner.precision_agreement is not None:  # from_pretrained chose it: which, and why
