@@ -104,28 +104,23 @@ def calibrate_int8(output_dir: Path, tokenizer, config, records: list[dict], gro
     """
     from pruner_model.evaluation.calibrate import Calibration
     from pruner_model.evaluation.calibration import calibrate_threshold
-    from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_range
     from pruner_model.evaluation.metrics import metrics_at
-    from pruner_model.evaluation.scorer import score_groups
-    from pruner_model.evaluation.threshold_fit import request_default
+    from pruner_model.evaluation.sources import score_at_default
     from pruner_model.inference.onnx_backend import OnnxBackend
     from pruner_model.inference.pruner import ContextPruner
 
     labeled = load_range(records, 0, 0, groups, config.segmenter_language, config.segmenter_structure)
     if not any(g.has_evidence for g in labeled):
         raise ValueError("int8 calibration data has no group with evidence")
-    rule = (config.relevance_exponent, config.relative_floor, config.relevance_contrast)
     m, t8 = {}, None
     for name, quantized in (("fp32", False), ("int8", True)):
         backend = OnnxBackend.from_pretrained(output_dir, device="cpu", quantized=quantized)
-        raw = score_groups(ContextPruner(backend, tokenizer, config), labeled).groups
-        scored = with_score_rules(raw, *rule)
-        default = request_default(config, labeled, raw)
-        if default is not None:  # the per-request default, each request banded by its own scores
+        _, scored, default = score_at_default(ContextPruner(backend, tokenizer, config), labeled)
+        if not isinstance(default, float):  # the per-request default, each request banded by its own scores
             m[name] = metrics_at(scored, float("nan"), default.masks(scored))
         elif name == "fp32":
-            m[name] = metrics_at(scored, config.threshold)
+            m[name] = metrics_at(scored, default)
         else:
             t8 = calibrate_threshold(scored, m["fp32"]["evidence_preserved"])
             m[name] = metrics_at(scored, t8)
