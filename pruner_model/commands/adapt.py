@@ -162,28 +162,25 @@ def adapt_main(argv: list[str] | None = None) -> int:
         except EndpointDown as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 3
-    if state.split is None:
-        state.split = split_records(settings, out)
-        state.save(out)
-    _say(
-        "split",
-        ", ".join(f"{s} {c['groups']} groups ({c['documents']} documents)" for s, c in state.split.items()),
-    )
-    if args.until == "split":
-        return _stopped("split")
-    if state.train is None:
-        state.train = _train(settings, out, state.split["train"]["groups"])
-        state.save(out)
-    if args.until == "train":
-        return _stopped("train")
-    if state.calibrate is None:
-        state.calibrate = _calibrate(settings, out, args)
-        state.save(out)
-    if args.until == "calibrate":
-        return _stopped("calibrate")
-    if state.report is None:
-        state.report = _report(settings, out, args, state)
-        state.save(out)
+    steps = {  # each step's result goes into adapt.json; a step whose result is there is not run again
+        "split": lambda: split_records(settings, out),
+        "train": lambda: _train(settings, out, state.split["train"]["groups"]),
+        "calibrate": lambda: _calibrate(settings, out, args),
+        "report": lambda: _report(settings, out, args, state),
+    }
+    for step, run in steps.items():
+        if getattr(state, step) is None:
+            setattr(state, step, run())
+            state.save(out)
+        if step == "split":
+            _say(
+                "split",
+                ", ".join(
+                    f"{s} {c['groups']} groups ({c['documents']} documents)" for s, c in state.split.items()
+                ),
+            )
+        if step == args.until:
+            return _stopped(step)
     report = report_markdown(state)
     (out / "report.md").write_text(report, encoding="utf-8")
     print(report, file=sys.stderr)
