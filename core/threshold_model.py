@@ -1,10 +1,18 @@
 """A checkpoint's per-request threshold: which band of text a request looks like, and the
 threshold (and passage relevance gate) calibrated for that band.
 
-A linear score of the request's features (:mod:`pruner_model.core.request_features`) says how much
-the request looks like text whose evidence survives a high threshold (a logistic classifier of
-the calibration slices that need a low threshold against those that do not). The calibration
-groups are cut into bands by that score (equal shares of them); each band has its own threshold,
+A score of the request's features (:mod:`pruner_model.core.request_features`) says how much the
+request looks like text whose evidence survives a high threshold. Two forms:
+
+- *sources* (what calibration fits): one logistic classifier per calibration slice (that slice
+  against the others) gives how likely the request comes from each; the score is the slice's own
+  threshold (log10) expected under those probabilities, so a request that reads like numerical
+  questions over sports reports gets the score of the text that needs that slice's threshold;
+- *linear* (checkpoints calibrated before the sources form): one logistic classifier of the
+  slices that need a low threshold against those that do not; the score is its negated logit.
+
+The calibration groups are cut into bands by that score (equal shares of them); each band has its
+own threshold,
 chosen together so that every calibration slice still keeps its promised share of answers
 (:mod:`pruner_model.evaluation.threshold_fit`). A request is thresholded by its band's threshold;
 ``min_relevance`` drops the passages the relevance head rates under it.
@@ -26,7 +34,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from pruner_model.core.request_features import FEATURES
 
-FIELDS = ("features", "mean", "scale", "weights", "bias", "edges", "thresholds", "min_relevance")
+FIELDS = ("features", "mean", "scale", "edges", "thresholds", "min_relevance")
+LINEAR_FIELDS = ("weights", "bias")  # the linear score: these, or else all of SOURCE_FIELDS
+SOURCE_FIELDS = ("sources", "source_weights", "source_bias", "source_log_thresholds")
 ANSWER_FIELDS = ("answer_weights", "answer_bias", "answer_edge", "unlikely_thresholds")  # all or none
 
 
@@ -41,11 +51,17 @@ class ThresholdModel:
     features: tuple[str, ...]
     mean: tuple[float, ...]
     scale: tuple[float, ...]
-    weights: tuple[float, ...]
-    bias: float
     edges: tuple[float, ...]  # ascending score edges between bands (one fewer than thresholds)
     thresholds: tuple[float, ...]  # each band's threshold, lowest score band first
     min_relevance: float | None = None  # the passage relevance gate of the default operating point
+    weights: tuple[float, ...] | None = None  # the linear score (None: the sources score)
+    bias: float | None = None
+    # the sources score: each calibration slice's name, its classifier's weights (one row a slice,
+    # on the standardized features) and bias, and its own threshold's log10
+    sources: tuple[str, ...] | None = None
+    source_weights: tuple[tuple[float, ...], ...] | None = None
+    source_bias: tuple[float, ...] | None = None
+    source_log_thresholds: tuple[float, ...] | None = None
     # how likely the passages hold an answer (higher: likelier), and the band thresholds of the
     # requests under answer_edge; None: one threshold a band
     answer_weights: tuple[float, ...] | None = None
@@ -60,11 +76,12 @@ class ThresholdModel:
                 "threshold_model was fitted on other request features than this version computes; "
                 "recalibrate the checkpoint"
             )
-        if not (len(self.mean) == len(self.scale) == len(self.weights) == n):
-            raise ValueError(f"threshold_model needs {n} means, scales and weights")
+        if not (len(self.mean) == len(self.scale) == n):
+            raise ValueError(f"threshold_model needs {n} means and scales")
+        self._check_score(n)
         if len(self.thresholds) != len(self.edges) + 1 or not self.thresholds:
             raise ValueError("threshold_model needs one threshold more than band edges")
-        if not _numbers((*self.mean, *self.scale, *self.weights, self.bias, *self.edges, *self.thresholds)):
+        if not _numbers((*self.mean, *self.scale, *self.edges, *self.thresholds)):
             raise ValueError("threshold_model holds a value that is not a finite number")
         if any(s <= 0 for s in self.scale):
             raise ValueError("threshold_model scales must be positive")
@@ -89,12 +106,43 @@ class ThresholdModel:
         ):
             raise ValueError("threshold_model min_relevance must be null or in [0, 1]")
 
+    def _check_score(self, n: int) -> None:
+        """Exactly one score form, each of its values a finite number of the right count."""
+        linear = [getattr(self, k) is not None for k in LINEAR_FIELDS]
+        source = [getattr(self, k) is not None for k in SOURCE_FIELDS]
+        if not (all(linear) and not any(source)) and not (all(source) and not any(linear)):
+            raise ValueError(
+                f"threshold_model needs either {' and '.join(LINEAR_FIELDS)} or all of {', '.join(SOURCE_FIELDS)}"
+            )
+        if all(linear):
+            if len(self.weights) != n or not _numbers((*self.weights, self.bias)):
+                raise ValueError(f"threshold_model needs {n} finite weights and a finite bias")
+            return
+        k = len(self.sources)
+        rows = self.source_weights
+        if not k or len(rows) != k or len(self.source_bias) != k or len(self.source_log_thresholds) != k:
+            raise ValueError("threshold_model needs a weight row, a bias and a threshold for each source")
+        if any(len(r) != n for r in rows) or not all(isinstance(x, str) for x in self.sources):
+            raise ValueError(f"threshold_model needs {n} weights for each named source")
+        if not _numbers((*(x for r in rows for x in r), *self.source_bias, *self.source_log_thresholds)):
+            raise ValueError("threshold_model holds a value that is not a finite number")
+
     def _standard(self, features: np.ndarray) -> np.ndarray:
         return (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
+
+    def source_probabilities(self, features: np.ndarray) -> np.ndarray:
+        """``[n, sources]``: how likely each request comes from each calibration slice (the
+        one-against-the-rest classifiers' logits, normalized by a softmax)."""
+        logits = self._standard(np.atleast_2d(features)) @ np.asarray(self.source_weights).T
+        logits = logits + np.asarray(self.source_bias)
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        return p / p.sum(1, keepdims=True)
 
     def scores(self, features: np.ndarray) -> np.ndarray:
         """The band score of each request (``[n]`` for ``[n, d]`` features): higher looks like
         text whose evidence survives a higher threshold."""
+        if self.weights is None:
+            return self.source_probabilities(features) @ np.asarray(self.source_log_thresholds)
         return self._standard(features) @ np.asarray(self.weights) + self.bias
 
     def answer_scores(self, features: np.ndarray) -> np.ndarray | None:
@@ -131,6 +179,10 @@ class ThresholdModel:
         if self.answer_weights is None:  # a file without the answer split reads as before
             for k in ANSWER_FIELDS:
                 del d[k]
+        for k in LINEAR_FIELDS if self.weights is None else SOURCE_FIELDS:
+            del d[k]
+        if self.source_weights is not None:
+            d["source_weights"] = [[float(x) for x in row] for row in self.source_weights]
         for k in (
             "features",
             "mean",
@@ -140,6 +192,9 @@ class ThresholdModel:
             "thresholds",
             "answer_weights",
             "unlikely_thresholds",
+            "sources",
+            "source_bias",
+            "source_log_thresholds",
         ):
             if k in d:
                 d[k] = [x if isinstance(x, str) else float(x) for x in d[k]]
@@ -149,16 +204,24 @@ class ThresholdModel:
     def from_dict(cls, d: dict) -> ThresholdModel:
         if not isinstance(d, dict):
             raise ValueError("threshold_model must be a JSON object")
-        missing, extra = set(FIELDS) - set(d), set(d) - set(FIELDS) - set(ANSWER_FIELDS)
+        known = set(FIELDS) | set(LINEAR_FIELDS) | set(SOURCE_FIELDS) | set(ANSWER_FIELDS)
+        missing, extra = set(FIELDS) - set(d), set(d) - known
         if missing or extra:
             raise ValueError(f"threshold_model fields: missing {sorted(missing)}, unknown {sorted(extra)}")
-        lists = ("features", "mean", "scale", "weights", "edges", "thresholds")
-        optional = ("answer_weights", "unlikely_thresholds")
+        lists = ("features", "mean", "scale", "edges", "thresholds")
+        optional = ("weights", "answer_weights", "unlikely_thresholds", *SOURCE_FIELDS)
         if not all(isinstance(d[k], list) for k in lists) or not all(
             isinstance(d.get(k), list | None) for k in optional
         ):
             raise ValueError(f"threshold_model fields {', '.join(lists + optional)} must be lists")
+        rows = d.get("source_weights")
+        if rows is not None and not all(isinstance(r, list) for r in rows):
+            raise ValueError("threshold_model source_weights must be a list of lists")
         return cls(
             **{k: tuple(d[k]) if k in lists else d[k] for k in FIELDS},
-            **{k: tuple(d[k]) if k in optional and d.get(k) is not None else d.get(k) for k in ANSWER_FIELDS},
+            **{
+                k: tuple(d[k]) if k in optional and d.get(k) is not None else d.get(k)
+                for k in known - set(FIELDS) - {"source_weights"}
+            },
+            source_weights=None if rows is None else tuple(tuple(r) for r in rows),
         )

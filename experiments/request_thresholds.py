@@ -2,6 +2,7 @@
 calibration slices, measured on the held-back splits, from one cache of scored groups.
 
     python experiments/request_thresholds.py score --model runs/quickstart --cache /tmp/rt.pkl
+    python experiments/request_thresholds.py folds --cache /tmp/rt.pkl   # the choice, calibration only
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
 
 Calibration slices: nyt dev groups 0-999 (with the noisy, mined, low-overlap and low-overlap+noisy
@@ -92,7 +93,7 @@ def _prepare(cache, rule=None):
     return out
 
 
-def _evaluate(data, default_of, label):
+def _evaluate(data, default_of, label, target=0.95):
     """Each report slice at a default (``default_of(X)``: a RequestDefault, or a threshold)."""
     from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
 
@@ -102,7 +103,7 @@ def _evaluate(data, default_of, label):
             continue
         d = default_of(X)
         m = metrics_at(gs, d) if isinstance(d, float) else metrics_at(gs, float("nan"), d.masks(gs))
-        own = best_compression_at(sweep(gs), 0.95)["compression"]
+        own = best_compression_at(sweep(gs), target)["compression"]
         rows.append((name, m["evidence_preserved"], m["compression"], own, m["negative_tokens_kept"]))
     print(f"--- {label}")
     for r in rows:
@@ -123,24 +124,66 @@ def fit(args) -> None:
     with open(args.cache, "rb") as f:
         cache = pickle.load(f)
     data = _prepare(cache)
-    target = 0.95
+    target = args.target
     cal = {k: v for k, v in data["cal"].items() if not np.all(np.isnan(v[1]))}
     t0 = min(calibrate_threshold(v[2], target) for v in cal.values())
     print("one threshold", t0, {k: round(calibrate_threshold(v[2], target), 4) for k, v in cal.items()})
-    _evaluate(data, lambda X: float(t0), "one threshold")
+    _evaluate(data, lambda X: float(t0), "one threshold", target)
     slices = [FitSlice(k, v[2], v[0]) for k, v in data["cal"].items()]
     for bands in args.bands:
-        for shares, criterion in (((), "gain"), ((0.1, 0.2, 0.3), "gain"), ((0.1, 0.2, 0.3), "ratio")):
+        for score, shares, criterion in (
+            ("sources", (), "gain"),
+            ("hard_easy", (), "gain"),
+            ("sources", (0.1, 0.2, 0.3), "gain"),
+            ("hard_easy", (0.1, 0.2, 0.3), "ratio"),
+        ):
             model = fit_threshold_model(
-                slices, target, bands=bands, criterion=criterion, answer_shares=shares
+                slices, args.target, bands=bands, criterion=criterion, answer_shares=shares, score=score
             )
             unlikely = model.unlikely_thresholds
-            label = f"{bands} bands, {criterion}" + (", answer split" if shares else "")
+            label = f"{score}, {bands} bands, {criterion}" + (", answer split" if shares else "")
             print(
                 f"{label}: thresholds {[round(t, 4) for t in model.thresholds]}, gate {model.min_relevance}"
                 + ("" if unlikely is None else f", unlikely {[round(t, 4) for t in unlikely]}")
             )
-            _evaluate(data, lambda X, m=model: RequestDefault(m.thresholds_of(X), m.min_relevance), label)
+            _evaluate(
+                data, lambda X, m=model: RequestDefault(m.thresholds_of(X), m.min_relevance), label, target
+            )
+
+
+def folds(args) -> None:
+    """The band score chosen on the calibration slices alone: fit on the even groups of every slice,
+    measure on the odd ones, and the other way round; each slice's kept share and its compression
+    against its own threshold's on the measured half (mean of the two folds)."""
+    from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
+    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, fit_threshold_model
+
+    with open(args.cache, "rb") as f:
+        cal = _prepare(pickle.load(f))["cal"]
+    halves = [{n: (v[0][k::2], v[2][k::2]) for n, v in cal.items()} for k in (0, 1)]
+    for score in ("hard_easy", "sources"):
+        for bands in args.bands:
+            rows: dict[str, list] = {}
+            for k in (0, 1):
+                fitted, measured = halves[k], halves[1 - k]
+                slices = [FitSlice(n, gs, X) for n, (X, gs) in fitted.items()]
+                m = fit_threshold_model(slices, args.target, bands=bands, score=score)
+                for n, (X, gs) in measured.items():
+                    if any(g.has_evidence for g in gs):
+                        at = metrics_at(
+                            gs, float("nan"), RequestDefault(m.thresholds_of(X), m.min_relevance).masks(gs)
+                        )
+                        own = best_compression_at(sweep(gs), args.target)["compression"]
+                        rows.setdefault(n, []).append((at["evidence_preserved"], at["compression"] / own))
+            kept = {n: np.mean([r[0] for r in v]) for n, v in rows.items()}
+            ratio = {n: np.mean([r[1] for r in v]) for n, v in rows.items()}
+            print(f"--- {score}, {bands} bands")
+            for n in rows:
+                print(f"  {n:22s} kept {kept[n]:.3f} ratio {ratio[n]:.2f}")
+            print(
+                f"  mean ratio {np.mean(list(ratio.values())):.3f}  min ratio {min(ratio.values()):.3f}"
+                f"  min kept {min(kept.values()):.3f}"
+            )
 
 
 def main() -> None:
@@ -149,14 +192,13 @@ def main() -> None:
     s = sub.add_parser("score")
     s.add_argument("--model", required=True)
     s.add_argument("--cache", required=True)
-    f = sub.add_parser("fit")
-    f.add_argument("--cache", required=True)
-    f.add_argument("--bands", type=int, nargs="+", default=[8])
+    for name in ("fit", "folds"):
+        f = sub.add_parser(name)
+        f.add_argument("--cache", required=True)
+        f.add_argument("--bands", type=int, nargs="+", default=[8])
+        f.add_argument("--target", type=float, default=0.95, help="0.975 for the reference (0.97 + margin)")
     args = p.parse_args()
-    if args.cmd == "score":
-        score(args)
-    else:
-        fit(args)
+    {"score": score, "fit": fit, "folds": folds}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -106,11 +106,19 @@ def test_the_model_round_trips_and_a_damaged_one_is_refused():
         ("features", ["x"], "other request features"),
         ("thresholds", [0.1], "one threshold more"),
         ("edges", sorted(model.edges, reverse=True), "ascending"),
-        ("bias", float("nan"), "finite"),
+        ("source_bias", [float("nan")] * len(model.sources), "finite"),
+        ("source_weights", [[0.0]] * len(model.sources), "weights for each named source"),
+        ("source_log_thresholds", [-1.0], "for each source"),
         ("min_relevance", 2.0, "min_relevance"),
+        ("weights", [0.0] * len(FEATURES), "either weights and bias or all of"),  # two score forms
     ):
         with pytest.raises(ValueError, match=message):
             ThresholdModel.from_dict({**bad, key: value})
+    linear = {k: v for k, v in bad.items() if not k.startswith("source")}  # the earlier score form
+    linear.update(weights=[0.0] * len(FEATURES), bias=0.0)
+    assert ThresholdModel.from_dict(linear).weights is not None
+    with pytest.raises(ValueError, match="finite"):
+        ThresholdModel.from_dict({**linear, "bias": float("nan")})
     with pytest.raises(ValueError, match="unknown"):
         ThresholdModel.from_dict({**bad, "shift": 1.0})
     with pytest.raises(ValueError, match="all of"):  # half an answer split
@@ -219,3 +227,45 @@ def test_an_int8_threshold_written_from_the_users_data_leaves_the_fp32_promise(t
         and after["threshold"] == before["threshold"]
     )
     assert after["threshold_model"] == before["threshold_model"]
+
+
+NUMBERS = FEATURES.index("digit_share")
+KINDS = {  # evidence score range, noise range (log10), and the two telling features' means
+    "easy": ((-0.8, 0.0), (-2.6, -1.4), 0.0, 0.0),
+    "numbers": ((-1.9, -1.6), (-3.6, -2.2), 3.0, 3.0),  # looks like hard text on one feature
+    "hard": ((-3.4, -2.7), (-2.6, -1.4), 3.0, 0.0),
+}
+
+
+def _kind(name: str, n: int, seed: int) -> FitSlice:
+    evidence, noise, tell, numbers = KINDS[name]
+    rng = np.random.default_rng(seed)
+    groups, feats = [], rng.normal(size=(n, len(FEATURES)))
+    for i in range(n):
+        scores = 10 ** rng.uniform(*noise, 10)
+        scores[0] = 1.0
+        labels = np.zeros(10, bool)
+        labels[1] = True
+        scores[1] = 10 ** rng.uniform(*evidence)
+        groups.append(ScoredGroup(scores, labels, np.full(10, 20), relevance=np.full(10, 0.9)))
+        feats[i, TELL], feats[i, NUMBERS] = rng.normal(tell, 0.5), rng.normal(numbers, 0.5)
+    return FitSlice(name, groups, feats)
+
+
+def test_a_slice_needing_a_middle_threshold_gets_its_own_bands_from_the_sources_score():
+    """Three kinds of text whose own thresholds lie 10x apart, the middle one sharing a feature
+    with the hard one: the sources score gives each kind its own bands; one classifier of hard
+    against the rest mixes the easy text into the middle kind's bands."""
+    fit = [_kind(k, 400, i) for i, k in enumerate(KINDS)]
+    ratio = {}
+    for score in ("sources", "hard_easy"):
+        model = fit_threshold_model(fit, 0.95, bands=6, score=score)
+        for i, name in enumerate(KINDS):
+            s = _kind(name, 400, 10 + i)
+            default = RequestDefault(model.thresholds_of(s.features), model.min_relevance)
+            m = metrics_at(s.groups, float("nan"), default.masks(s.groups))
+            own = metrics_at(s.groups, calibrate_threshold(s.groups, 0.95))["compression"]
+            assert m["evidence_preserved"] >= 0.92, (score, name, m["evidence_preserved"])
+            ratio[score, name] = m["compression"] / own
+    assert ratio["sources", "easy"] >= 0.85 and ratio["sources", "numbers"] >= 0.85, ratio
+    assert ratio["hard_easy", "easy"] < 0.75, ratio
