@@ -107,7 +107,13 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
         return (
             f"A **per-request threshold** for {target:.0%} of queries keeping all their evidence ({rule}): "
             f"each request falls in one of {len(tm['thresholds'])} bands by what it shows (its score profile, "
-            "the relevance head's confidence, the question's form, the passages' style), and each band's "
+            "the relevance head's confidence, the question's form, the passages' style"
+            + (
+                f"; banded by the threshold of the calibration slices it resembles: {', '.join(tm['sources'])}"
+                if tm.get("sources")
+                else ""
+            )
+            + "), and each band's "
             f"threshold ({', '.join(f'{t:.4f}' for t in tm['thresholds'])}) was chosen so that every "
             "calibration slice keeps the target"
             + (
