@@ -4,6 +4,7 @@ calibration slices, measured on the held-back splits, from one cache of scored g
     python experiments/request_thresholds.py score --model runs/quickstart --cache /tmp/rt.pkl
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl   # the choice, calibration only
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
+    python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/quickstart  # its gate's cost
 
 Calibration slices: nyt dev groups 0-999 (with the noisy, mined, low-overlap and low-overlap+noisy
 copies the training calibration builds) and every source of ``data/mix/calibration.jsonl`` (groups
@@ -186,6 +187,36 @@ def folds(args) -> None:
             )
 
 
+def gate(args) -> None:
+    """The checkpoint's own default on the cached report slices, with its relevance gate and
+    without it: what the gate costs in answers kept and takes off answer-less groups."""
+    import json
+    from pathlib import Path
+
+    from pruner_model.core.threshold_model import ThresholdModel
+    from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.threshold_fit import RequestDefault
+
+    with open(args.cache, "rb") as f:
+        data = _prepare(pickle.load(f))
+    tm = ThresholdModel.from_dict(
+        json.loads((Path(args.model) / "config.json").read_text())["threshold_model"]
+    )
+    for name, (X, _, gs, _) in data["report"].items():
+        if not any(g.has_evidence for g in gs):
+            continue
+        th = tm.thresholds_of(X)
+        row = []
+        for g in (tm.min_relevance, None):
+            m = metrics_at(gs, float("nan"), RequestDefault(th, g).masks(gs))
+            row.append(
+                f"{m['evidence_preserved']:.3f} / {m['compression']:.3f} / {m['negative_tokens_kept']:.3f}"
+            )
+        print(
+            f"  {name:22s} gate {tm.min_relevance}: {row[0]}   no gate: {row[1]}   (kept / compression / answer-less kept)"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -197,8 +228,11 @@ def main() -> None:
         f.add_argument("--cache", required=True)
         f.add_argument("--bands", type=int, nargs="+", default=[8])
         f.add_argument("--target", type=float, default=0.95, help="0.975 for the reference (0.97 + margin)")
+    g = sub.add_parser("gate")
+    g.add_argument("--cache", required=True)
+    g.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
     args = p.parse_args()
-    {"score": score, "fit": fit, "folds": folds}[args.cmd](args)
+    {"score": score, "fit": fit, "folds": folds, "gate": gate}[args.cmd](args)
 
 
 if __name__ == "__main__":
