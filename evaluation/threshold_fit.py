@@ -233,6 +233,8 @@ def fit_threshold_model(
 ) -> ThresholdModel | None:
     """The per-request threshold model of ``slices`` (see the module docstring); None when the
     slices' own thresholds lie within a factor :data:`MIN_SPREAD` (one threshold serves them all)."""
+    if score not in ("sources", "hard_easy"):
+        raise ValueError(f"score must be 'sources' or 'hard_easy', got {score!r}")
     live = [s for s in slices if any(g.has_evidence for g in s.groups)]
     own = {s.name: calibrate_threshold(s.groups, target, confidence) for s in live}
     if not own:
