@@ -8,7 +8,7 @@ request looks like text whose evidence survives a high threshold. Two forms:
   against the others) gives how likely the request comes from each; the score is the slice's own
   threshold (log10) expected under those probabilities, so a request that reads like numerical
   questions over sports reports gets the score of the text that needs that slice's threshold;
-- *linear* (checkpoints calibrated before the sources form): one logistic classifier of the
+- *linear* (`score="hard_easy"` in the fit; checkpoints that carry `weights`): one logistic classifier of the
   slices that need a low threshold against those that do not; the score is its negated logit.
 
 The calibration groups are cut into bands by that score (equal shares of them); each band has its

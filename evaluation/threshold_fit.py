@@ -8,7 +8,7 @@ on calibration slices.
 2. The band score (``score="sources"``): one logistic regression on the request features for each
    slice with evidence (that slice against the others), their logits normalized by a softmax into
    how likely a request comes from each slice, and the slices' own thresholds (log10) averaged
-   under those probabilities. ``score="hard_easy"`` (the earlier form, for comparison): one
+   under those probabilities. ``score="hard_easy"`` (kept for comparison, and read from older checkpoints): one
    logistic regression of the slices whose own threshold lies below the log-midpoint of the
    lowest and the highest against the others, its negated logit the score. Chosen on the
    calibration slices alone (two folds, docs/experiments/results-log.md): the sources score lifts
