@@ -139,7 +139,7 @@ def fit(args) -> None:
             ("hard_easy", (0.1, 0.2, 0.3), "ratio"),
         ):
             model = fit_threshold_model(
-                slices, args.target, bands=bands, criterion=criterion, answer_shares=shares, score=score
+                slices, target, bands=bands, criterion=criterion, answer_shares=shares, score=score
             )
             unlikely = model.unlikely_thresholds
             label = f"{score}, {bands} bands, {criterion}" + (", answer split" if shares else "")

@@ -17,21 +17,34 @@ from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, fit_
 TELL = FEATURES.index("pronoun_share")  # the feature that tells the two kinds of text apart here
 
 
-def _slice(name: str, n: int, evidence_low: bool, seed: int) -> FitSlice:
-    """``n`` groups of 10 units: the best unit 1.0, one evidence unit (near the best on easy
-    text, around 1e-3 on hard text), noise units around 1e-2; one feature tells them apart."""
+NUMBERS = FEATURES.index("digit_share")
+KINDS = {  # evidence score range, noise range (log10), and the two telling features' means
+    "easy": ((-0.8, 0.0), (-2.6, -1.4), 0.0, 0.0),  # evidence near the best unit
+    "numbers": ((-1.9, -1.6), (-3.6, -2.2), 3.0, 3.0),  # looks like hard text on one feature
+    "hard": ((-3.4, -2.7), (-2.6, -1.4), 3.0, 0.0),  # evidence around 1e-3, under the noise
+}
+
+
+def _kind(kind: str, n: int, seed: int, name: str | None = None) -> FitSlice:
+    """``n`` groups of 10 units of one of :data:`KINDS`: the best unit 1.0, one evidence unit,
+    noise units; the telling features tell the kinds apart."""
+    evidence, noise, tell, numbers = KINDS[kind]
     rng = np.random.default_rng(seed)
-    groups, feats = [], np.zeros((n, len(FEATURES)))
+    groups, feats = [], rng.normal(size=(n, len(FEATURES)))
     for i in range(n):
-        scores = 10 ** rng.uniform(-2.6, -1.4, 10)
+        scores = 10 ** rng.uniform(*noise, 10)
         scores[0] = 1.0
         labels = np.zeros(10, bool)
         labels[1] = True
-        scores[1] = 10 ** rng.uniform(-3.4, -2.7) if evidence_low else 10 ** rng.uniform(-0.8, 0)
+        scores[1] = 10 ** rng.uniform(*evidence)
         groups.append(ScoredGroup(scores, labels, np.full(10, 20), relevance=np.full(10, 0.9)))
-        feats[i] = rng.normal(size=len(FEATURES))
-        feats[i, TELL] = rng.normal(3.0 if evidence_low else 0.0, 0.5)
-    return FitSlice(name, groups, feats)
+        feats[i, TELL], feats[i, NUMBERS] = rng.normal(tell, 0.5), rng.normal(numbers, 0.5)
+    return FitSlice(name or kind, groups, feats)
+
+
+def _slice(name: str, n: int, evidence_low: bool, seed: int) -> FitSlice:
+    """Easy or hard text (:func:`_kind`) named ``name``."""
+    return _kind("hard" if evidence_low else "easy", n, seed, name)
 
 
 def test_every_slice_keeps_the_target_and_easy_text_compresses_as_its_own_threshold_would():
@@ -114,7 +127,7 @@ def test_the_model_round_trips_and_a_damaged_one_is_refused():
     ):
         with pytest.raises(ValueError, match=message):
             ThresholdModel.from_dict({**bad, key: value})
-    linear = {k: v for k, v in bad.items() if not k.startswith("source")}  # the earlier score form
+    linear = {k: v for k, v in bad.items() if not k.startswith("source")}  # the linear score form
     linear.update(weights=[0.0] * len(FEATURES), bias=0.0)
     assert ThresholdModel.from_dict(linear).weights is not None
     with pytest.raises(ValueError, match="finite"):
@@ -227,29 +240,6 @@ def test_an_int8_threshold_written_from_the_users_data_leaves_the_fp32_promise(t
         and after["threshold"] == before["threshold"]
     )
     assert after["threshold_model"] == before["threshold_model"]
-
-
-NUMBERS = FEATURES.index("digit_share")
-KINDS = {  # evidence score range, noise range (log10), and the two telling features' means
-    "easy": ((-0.8, 0.0), (-2.6, -1.4), 0.0, 0.0),
-    "numbers": ((-1.9, -1.6), (-3.6, -2.2), 3.0, 3.0),  # looks like hard text on one feature
-    "hard": ((-3.4, -2.7), (-2.6, -1.4), 3.0, 0.0),
-}
-
-
-def _kind(name: str, n: int, seed: int) -> FitSlice:
-    evidence, noise, tell, numbers = KINDS[name]
-    rng = np.random.default_rng(seed)
-    groups, feats = [], rng.normal(size=(n, len(FEATURES)))
-    for i in range(n):
-        scores = 10 ** rng.uniform(*noise, 10)
-        scores[0] = 1.0
-        labels = np.zeros(10, bool)
-        labels[1] = True
-        scores[1] = 10 ** rng.uniform(*evidence)
-        groups.append(ScoredGroup(scores, labels, np.full(10, 20), relevance=np.full(10, 0.9)))
-        feats[i, TELL], feats[i, NUMBERS] = rng.normal(tell, 0.5), rng.normal(numbers, 0.5)
-    return FitSlice(name, groups, feats)
 
 
 def test_a_slice_needing_a_middle_threshold_gets_its_own_bands_from_the_sources_score():
