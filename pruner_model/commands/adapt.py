@@ -345,7 +345,7 @@ def report_markdown(state) -> str:
             f"On general text ({g['file']}), the same: checkpoint {_num(g['checkpoint'])}, adapted "
             f"{_num(g['adapted'])} (a fall here is what the adaptation forgot)."
         )
-        if g.get("defaults"):  # reports written before this line existed lack it
+        if g.get("defaults"):  # absent from adapt.json files written without the defaults line
             (kb, cb), (ka, ca) = g["defaults"]["checkpoint"], g["defaults"]["adapted"]
             lines.append(
                 f"There, at each model's default: checkpoint kept {kb:.3f} / compression {cb:.3f}, adapted "
