@@ -5,6 +5,14 @@ calibration slices, measured on the held-back splits, from one cache of scored g
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl   # the choice, calibration only
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
     python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/quickstart  # its gate's cost
+    python experiments/request_thresholds.py cosines --cache /tmp/rt.pkl --cosines /tmp/cos.pkl
+    python experiments/request_thresholds.py folds --cache /tmp/rt.pkl --cosines /tmp/cos.pkl --fuse 1:0.1:abs
+
+``cosines`` caches the bundled bi-encoder's cosine of each query with each sentence of the cached
+groups (the same for every checkpoint scored on the same slices); ``folds --fuse W:TAU:FORM`` then
+measures the threshold model with each passage's relevance fused with its best sentence cosine,
+sigmoid(logit(relevance) + W * term / TAU), term = cosine - 0.3 (``abs``) or cosine - the request's
+best passage's (``rel``), with relevance gates up to 0.3 tried.
 
 Calibration slices: nyt dev groups 0-999 (with the noisy, mined, low-overlap and low-overlap+noisy
 copies the training calibration builds) and every source of ``data/mix/calibration.jsonl`` (groups
@@ -66,6 +74,44 @@ def score(args) -> None:
         cache[part] = out
     with open(args.cache, "wb") as f:
         pickle.dump(cache, f)
+
+
+def cosines(args) -> None:
+    from pruner_model.core.biencoder import BiEncoder
+
+    with open(args.cache, "rb") as f:
+        cache = pickle.load(f)
+    encoder, out = BiEncoder(), {}
+    for part in ("cal", "report"):
+        out[part] = {}
+        for name, (groups, _) in cache[part].items():
+            texts = [[u.text_of(p["text"]) for p, us in zip(g.passages, g.units) for u in us] for g in groups]
+            cos = encoder.sentence_cosines([g.query for g in groups], texts)
+            out[part][name] = [(c, [len(us) for us in g.units]) for c, g in zip(cos, groups)]
+            print(part, name, len(groups), flush=True)
+    with open(args.cosines, "wb") as f:
+        pickle.dump(out, f)
+
+
+def _fused(cache, cos, spec: str):
+    """``cache`` with each passage's relevance fused with its best sentence cosine (``W:TAU:FORM``)."""
+    import dataclasses
+
+    w, tau, form = float(spec.split(":")[0]), float(spec.split(":")[1]), spec.split(":")[2]
+    out = dict(cache)
+    for part in ("cal", "report"):
+        out[part] = {}
+        for name, (groups, raw) in cache[part].items():
+            fused = []
+            for s, (c, sizes) in zip(raw, cos[part][name]):
+                best = np.array([p.max() if len(p) else -1.0 for p in np.split(c, np.cumsum(sizes)[:-1])])
+                term = np.repeat(best - (best.max() if form == "rel" else 0.3), sizes) / tau
+                if s.relevance is not None:
+                    r = np.clip(s.relevance, 1e-6, 1 - 1e-6)
+                    s = dataclasses.replace(s, relevance=1 / (1 + np.exp(-(np.log(r / (1 - r)) + w * term))))
+                fused.append(s)
+            out[part][name] = (groups, fused)
+    return out
 
 
 def _weighted(s, rule):
@@ -156,34 +202,52 @@ def folds(args) -> None:
     """The band score chosen on the calibration slices alone: fit on the even groups of every slice,
     measure on the odd ones, and the other way round; each slice's kept share and its compression
     against its own threshold's on the measured half (mean of the two folds)."""
-    from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
-    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, fit_threshold_model
 
     with open(args.cache, "rb") as f:
-        cal = _prepare(pickle.load(f))["cal"]
+        cache = pickle.load(f)
+    if args.fuse:
+        with open(args.cosines, "rb") as f:
+            cos = pickle.load(f)
+    for spec in args.fuse or [None]:
+        _folds(args, _prepare(cache if spec is None else _fused(cache, cos, spec))["cal"], spec)
+
+
+def _folds(args, cal, spec) -> None:
+    from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
+    from pruner_model.evaluation.threshold_fit import GATES, FitSlice, RequestDefault, fit_threshold_model
+
+    gates = GATES if spec is None else (*GATES, 0.1, 0.2, 0.3)
     halves = [{n: (v[0][k::2], v[2][k::2]) for n, v in cal.items()} for k in (0, 1)]
-    for score in ("hard_easy", "sources"):
+    for score in ("hard_easy", "sources") if spec is None else ("sources",):
         for bands in args.bands:
             rows: dict[str, list] = {}
             for k in (0, 1):
                 fitted, measured = halves[k], halves[1 - k]
                 slices = [FitSlice(n, gs, X) for n, (X, gs) in fitted.items()]
-                m = fit_threshold_model(slices, args.target, bands=bands, score=score)
+                m = fit_threshold_model(slices, args.target, bands=bands, score=score, gates=gates)
                 for n, (X, gs) in measured.items():
                     if any(g.has_evidence for g in gs):
-                        at = metrics_at(
-                            gs, float("nan"), RequestDefault(m.thresholds_of(X), m.min_relevance).masks(gs)
-                        )
+                        d = RequestDefault(m.thresholds_of(X), m.min_relevance)
+                        at = metrics_at(gs, float("nan"), d.masks(gs))
                         own = best_compression_at(sweep(gs), args.target)["compression"]
-                        rows.setdefault(n, []).append((at["evidence_preserved"], at["compression"] / own))
-            kept = {n: np.mean([r[0] for r in v]) for n, v in rows.items()}
-            ratio = {n: np.mean([r[1] for r in v]) for n, v in rows.items()}
-            print(f"--- {score}, {bands} bands")
-            for n in rows:
-                print(f"  {n:22s} kept {kept[n]:.3f} ratio {ratio[n]:.2f}")
+                        rows.setdefault(n, []).append(
+                            (
+                                at["evidence_preserved"],
+                                at["compression"] / own,
+                                own,
+                                at["negative_tokens_kept"],
+                            )
+                        )
+            mean = {n: np.nanmean(np.array(v, float), axis=0) for n, v in rows.items()}
+            print(f"--- {score}, {bands} bands" + ("" if spec is None else f", relevance fused {spec}"))
+            for n, (kept, ratio, own, answerless) in mean.items():
+                print(
+                    f"  {n:22s} kept {kept:.3f} ratio {ratio:.2f} own {own:.3f} answer-less kept {answerless:.3f}"
+                )
+            a = np.array(list(mean.values()))
             print(
-                f"  mean ratio {np.mean(list(ratio.values())):.3f}  min ratio {min(ratio.values()):.3f}"
-                f"  min kept {min(kept.values()):.3f}"
+                f"  mean ratio {a[:, 1].mean():.3f}  min ratio {a[:, 1].min():.3f}  min kept {a[:, 0].min():.3f}"
+                f"  mean own {a[:, 2].mean():.3f}  mean answer-less kept {np.nanmean(a[:, 3]):.3f}"
             )
 
 
@@ -228,11 +292,16 @@ def main() -> None:
         f.add_argument("--cache", required=True)
         f.add_argument("--bands", type=int, nargs="+", default=[8])
         f.add_argument("--target", type=float, default=0.95, help="0.975 for the reference (0.97 + margin)")
+    f.add_argument("--cosines", help="the file of `cosines` (with --fuse)")
+    f.add_argument("--fuse", nargs="+", help="W:TAU:FORM settings of the fused relevance, e.g. 1:0.1:abs")
+    c = sub.add_parser("cosines")
+    c.add_argument("--cache", required=True)
+    c.add_argument("--cosines", required=True)
     g = sub.add_parser("gate")
     g.add_argument("--cache", required=True)
     g.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
     args = p.parse_args()
-    {"score": score, "fit": fit, "folds": folds, "gate": gate}[args.cmd](args)
+    {"score": score, "fit": fit, "folds": folds, "gate": gate, "cosines": cosines}[args.cmd](args)
 
 
 if __name__ == "__main__":
