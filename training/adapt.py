@@ -6,7 +6,10 @@ in resumable steps under one output folder:
    ``data/report.jsonl``, so that questions about one document never sit on both sides;
 2. ``train``: fine-tuning from the checkpoint (``model.init_from``) on the train split, with a
    share of the checkpoint's own training data replayed so that it keeps what it knew;
-3. ``calibrate``: the adapted model's default threshold calibrated on the calibration split;
+3. ``calibrate``: the adapted model's default calibrated on the calibration split beside the
+   checkpoint's own calibration slices (its recipe's dev groups, shifted copies and sources), so
+   the promise holds on both kinds of text (``calibrate_on="both"``), or on the user's split alone
+   (``"yours"``: one threshold, for text that is all the user serves);
 4. ``report``: on the report split, never trained or calibrated on: the checkpoint's default,
    the checkpoint recalibrated on the calibration split alone, and the adapted model; with
    ``general_dev``, compression at the promise on general text before and after (what it forgot).
@@ -28,6 +31,7 @@ from pruner_model.evaluation.groups import group_of
 
 SPLITS = ("train", "calibration", "report")
 USER = "user"  # the source name the user's records train under
+CALIBRATE_ON = ("both", "yours")
 
 
 @dataclass
@@ -47,6 +51,7 @@ class AdaptSettings:
     seed: int = 0
     overrides: list[str] = field(default_factory=list)  # key=value of the training config
     corpus: dict | None = None  # `--corpus`: the corpus steps' settings (labeled: what they write)
+    calibrate_on: str = "both"  # "both": your split beside the checkpoint's own slices; "yours": yours alone
 
     def check(self) -> None:
         if len(self.shares) != 3 or any(s <= 0 for s in self.shares):
@@ -55,6 +60,10 @@ class AdaptSettings:
             raise ValueError(f"--replay-share must be in [0, 1), got {self.replay_share}")
         if self.max_train_groups is not None and self.max_train_groups < 1:
             raise ValueError(f"--max-train-groups must be >= 1, got {self.max_train_groups}")
+        if self.calibrate_on not in CALIBRATE_ON:
+            raise ValueError(
+                f"--calibrate-on must be one of {', '.join(CALIBRATE_ON)}, got {self.calibrate_on!r}"
+            )
         if self.epochs < 1:
             raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
         if self.target is not None and not 0 < self.target <= 1:
@@ -195,10 +204,43 @@ def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> di
     }
 
 
+def general_calibration_config(settings: AdaptSettings, out: Path) -> dict | None:
+    """The calibration config of ``calibrate_on="both"``: the checkpoint's own calibration recipe
+    (its ``train_config.yaml``: dev groups, their shifted copies, calibration sources, rule) with
+    the user's calibration split as one more source (``user``), so that the default keeps the
+    promise on the user's text and on what the checkpoint was calibrated on. None when the
+    checkpoint has no such recipe, it calibrated nothing, or its files are not on this machine."""
+    base = _base_train_config(settings.model)
+    data, section = base.get("data") or {}, base.get("calibration") or {}
+    dev, sources = data.get("dev") or [], data.get("calibration_sources") or []
+    if not dev or section.get("enabled") is False or data.get("calibration_dev_groups") == 0:
+        return None
+    if not all(Path(f).is_file() for f in [*dev, *sources]):
+        return None
+    cfg = training_config(settings, out, 1)
+    del cfg["data"]["seed"]  # the recipe's seed: the same calibration groups as the checkpoint's
+    keep = (
+        "dev",
+        "seed",
+        "dedup",
+        "calibration_dev_groups",
+        "calibration_source_groups",
+        "low_overlap_share",
+    )
+    cfg["data"].update({k: data[k] for k in keep if k in data})
+    cfg["data"]["calibration_sources"] = [*sources, str(out / "data" / "calibration.jsonl")]
+    cfg["calibration"] = {**section, "enabled": True}
+    if settings.target is not None:
+        cfg["calibration"]["target_evidence"] = settings.target
+    return cfg
+
+
 def _compared(settings: dict, key: str):
     """A setting as a resumed adaptation must match it (the LLM of the corpus steps may change
     between runs: what it wrote is kept)."""
     value = settings.get(key)
+    if key == "calibrate_on" and value is None:  # written before the option: calibrated on yours alone
+        return "yours"
     if key == "corpus" and value:
         return {k: v for k, v in value.items() if k != "llm_model"}
     return value
@@ -222,7 +264,10 @@ class AdaptState:
         if not path.is_file():
             return cls(settings=mine)
         state = cls(**json.loads(path.read_text(encoding="utf-8")))
-        keys = ("labeled", "model", "shares", "seed", "replay_share", "epochs", "max_train_groups", "corpus")
+        keys = (
+            "labeled", "model", "shares", "seed", "replay_share", "epochs", "max_train_groups", "corpus",
+            "calibrate_on",
+        )  # fmt: skip
         for key in keys:
             if json.dumps(_compared(state.settings, key)) != json.dumps(_compared(mine, key)):
                 raise ValueError(

@@ -13,10 +13,11 @@ from pathlib import Path
 from pruner_model.commands.adapt_corpus import (
     CORPUS_STEPS,
     add_corpus_arguments,
-    corpus_markdown,
     corpus_settings,
     run_corpus_steps,
 )
+from pruner_model.commands.adapt_report import report_markdown, report_step
+from pruner_model.commands.adapt_report import say as _say
 from pruner_model.commands.common import (
     add_overrides_argument,
     add_precision_argument,
@@ -69,7 +70,21 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="share of questions that keep all their evidence (default: the checkpoint's promise)",
     )
-    p.add_argument("--confidence", type=float, default=0.8, help="of the calibrated threshold (default 0.8)")
+    p.add_argument(
+        "--calibrate-on",
+        choices=["both", "yours"],
+        default="both",
+        help="both (default): the adapted default keeps the promise on your calibration split and on the "
+        "checkpoint's own calibration slices (needs its recipe's data files, e.g. pruner data squad && "
+        "pruner data mix; else yours alone); yours: on your split alone, one threshold, for text that is "
+        "all you serve",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.8,
+        help="of the threshold calibrated on your split alone (default 0.8; with both, the recipe's)",
+    )
     p.add_argument(
         "--general-dev",
         default=None,
@@ -135,6 +150,7 @@ def _settings(args):
         general_groups=args.general_groups,
         seed=args.seed,
         overrides=list(args.overrides),
+        calibrate_on=args.calibrate_on,
     )
     settings.check()
     return settings
@@ -166,7 +182,7 @@ def adapt_main(argv: list[str] | None = None) -> int:
         "split": lambda: split_records(settings, out),
         "train": lambda: _train(settings, out, state.split["train"]["groups"]),
         "calibrate": lambda: _calibrate(settings, out, args),
-        "report": lambda: _report(settings, out, args, state),
+        "report": lambda: report_step(settings, out, args, state),
     }
     for step, run in steps.items():
         if getattr(state, step) is None:
@@ -191,10 +207,6 @@ def adapt_main(argv: list[str] | None = None) -> int:
 def _stopped(step: str) -> int:
     _say("stopped", f"after {step}, as --until asked: run the same command without --until to go on")
     return 0
-
-
-def _say(step: str, text: str) -> None:
-    print(f"[adapt] {step}: {text}", file=sys.stderr, flush=True)
 
 
 def _train(settings, out: Path, train_groups: int) -> dict:
@@ -222,138 +234,63 @@ def _calibrate(settings, out: Path, args) -> dict:
     from pruner_model.commands.evaluate import _write_threshold
     from pruner_model.core.records import read_jsonl
 
+    if settings.calibrate_on == "both":
+        done = _calibrate_with_general(settings, out)
+        if done is not None:
+            return done
+        _say(
+            "calibrate",
+            f"{settings.model} has no calibration recipe here (its train_config.yaml's dev and calibration "
+            "files): calibrating on your split alone",
+        )
     records = read_jsonl(out / "data" / "calibration.jsonl")
     pruner = load_pruner(out / "model", args, say=False)
     result = measure(pruner, records, settings.target, settings.confidence, None, settings.seed)
     _write_threshold(out / "model", pruner, result["threshold"], result["target"])
     _say("calibrate", f"threshold {result['threshold']:.4f} on {result['groups']} calibration groups")
-    return {"threshold": result["threshold"], "target": result["target"], "groups": result["groups"]}
-
-
-def _report(settings, out: Path, args, state) -> dict:
-    from pruner_model.commands.calibrate import measure
-    from pruner_model.core.records import read_jsonl
-
-    cal = read_jsonl(out / "data" / "calibration.jsonl")
-    report = read_jsonl(out / "data" / "report.jsonl")
-    base = load_pruner(Path(settings.model), args, say=False)
-    recal = measure(base, cal, settings.target, settings.confidence, None, settings.seed)["threshold"]
-    base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
-    adapted = load_pruner(out / "model", args, say=False)
-    adapted_on_report = points(adapted, report, {}, settings.target)
-    rows = {
-        "checkpoint's default": base_on_report["default"],
-        "checkpoint recalibrated on your calibration split": base_on_report["recalibrated"],
-        "adapted, calibrated on your calibration split": adapted_on_report["default"],
+    return {
+        "on": "yours",
+        "threshold": result["threshold"],
+        "target": result["target"],
+        "groups": result["groups"],
     }
-    result = {
-        "report_groups": base_on_report["groups"],
-        "target": base_on_report["target"],
-        "rows": rows,
-        "at_target_swept": {"checkpoint": base_on_report["swept"], "adapted": adapted_on_report["swept"]},
-    }
-    if settings.general_dev:
-        general = _general_records(settings)
-        before, after = (points(m, general, {}, settings.target) for m in (base, adapted))
-        result["general"] = {
-            "file": settings.general_dev,
-            "checkpoint": before["swept"],
-            "adapted": after["swept"],
-            # the adapted default is calibrated on your text: does it keep the promise here too?
-            "defaults": {
-                "checkpoint": _kept_and_compression(before),
-                "adapted": _kept_and_compression(after),
-            },
-        }
+
+
+def _calibrate_with_general(settings, out: Path) -> dict | None:
+    """The checkpoint's own calibration (training's, every slice of its recipe) run on the adapted
+    model with your calibration split as one more source; None without a recipe to run."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from pruner_model.core.configuration import save_config
+    from pruner_model.core.modeling import PrunerModel
+    from pruner_model.training.adapt import general_calibration_config
+    from pruner_model.training.calibration import calibrate
+    from pruner_model.training.config import load_config
+    from pruner_model.training.data import read_records
+
+    recipe = general_calibration_config(settings, out)
+    if recipe is None:
+        return None
+    path = out / "calibrate_config.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
+    cfg = load_config(path, settings.overrides)
     _say(
-        "report",
-        "; ".join(
-            f"{k}: kept {m['evidence_preserved']:.3f}, compression {m['compression']:.3f}"
-            for k, m in rows.items()
-        ),
+        "calibrate",
+        f"on your calibration split beside {', '.join(cfg.data.dev + cfg.data.calibration_sources[:-1])}",
     )
-    return result
-
-
-def _kept_and_compression(measured: dict) -> list[float]:
-    return [measured["default"]["evidence_preserved"], measured["default"]["compression"]]
-
-
-def _general_records(settings) -> list[dict]:
-    from pruner_model.core.records import iter_jsonl
-    from pruner_model.evaluation.groups import group_of
-
-    keep, out = set(), []
-    for rec in iter_jsonl(settings.general_dev):
-        g = group_of(rec)
-        if g not in keep and len(keep) >= settings.general_groups:
-            continue
-        keep.add(g)
-        out.append(rec)
-    return out
-
-
-def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
-    """``records`` scored once and measured at the checkpoint's default (``default``), at each
-    named threshold, and swept (``swept``: the compression the scores allow at ``target``)."""
-    from pruner_model.evaluation.groups import load_groups
-    from pruner_model.evaluation.metrics import best_compression_at, sweep
-    from pruner_model.evaluation.sources import at_threshold, score_at_default
-
-    cfg = pruner.config
-    target = float(target if target is not None else (cfg.target_evidence or 0.95))
-    groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
-    _, ruled, default = score_at_default(pruner, groups, progress=True)
-    out = {"groups": len(groups), "target": target}
-    out["default"] = at_threshold(ruled, default, target)
-    for name, t in thresholds.items():
-        out[name] = at_threshold(ruled, float(t), target)
-    best = best_compression_at(sweep(ruled), target)
-    out["swept"] = None if best is None else best["compression"]
-    return out
-
-
-def report_markdown(state) -> str:
-    r = state.report
-    lines = [
-        f"# Adaptation report: {state.settings['model']} on {', '.join(state.settings['labeled'])}",
-        "",
-        "| split | groups | documents | with an answer |",
-        "|---|---|---|---|",
-        *(f"| {s} | {c['groups']} | {c['documents']} | {c['with_answer']} |" for s, c in state.split.items()),
-        "",
-        *(corpus_markdown(state.corpus) if state.corpus else []),
-        f"Fine-tuning: {state.train['seconds'] / 60:.1f} minutes. On the report split ({r['report_groups']} "
-        f"groups, never trained or calibrated on), target {r['target']}:",
-        "",
-        "| model | answers kept [95% CI] | compression |",
-        "|---|---|---|",
-    ]
-    for name, m in r["rows"].items():
-        ci = (m.get("promise") or {}).get("interval")
-        ci_text = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-        lines.append(f"| {name} | {m['evidence_preserved']:.3f}{ci_text} | {m['compression']:.3f} |")
-    swept = r["at_target_swept"]
-    lines += [
-        "",
-        f"Compression at {r['target']} kept with the threshold swept on the report split (what the scores "
-        f"allow): checkpoint {_num(swept['checkpoint'])}, adapted {_num(swept['adapted'])}.",
-    ]
-    if r.get("general"):
-        g = r["general"]
-        lines.append(
-            f"On general text ({g['file']}), the same: checkpoint {_num(g['checkpoint'])}, adapted "
-            f"{_num(g['adapted'])} (a fall here is what the adaptation forgot)."
-        )
-        if g.get("defaults"):  # absent from adapt.json files written without the defaults line
-            (kb, cb), (ka, ca) = g["defaults"]["checkpoint"], g["defaults"]["adapted"]
-            lines.append(
-                f"There, at each model's default: checkpoint kept {kb:.3f} / compression {cb:.3f}, adapted "
-                f"{ka:.3f} / {ca:.3f} (the adapted threshold is calibrated on your text: if you also "
-                "serve text like this, check that its answers are still kept)."
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _num(x) -> str:
-    return "-" if x is None else f"{x:.3f}"
+    model = PrunerModel.from_pretrained(str(out / "model")).eval()
+    dev, _ = read_records(cfg.data.dev, None, cfg.data.dedup, cfg.data.seed)
+    metrics = calibrate(model, AutoTokenizer.from_pretrained(str(out / "model")), cfg, dev)
+    if metrics is None:
+        return None
+    save_config(model.config, out / "model")
+    c = model.config
+    _say("calibrate", f"threshold {c.threshold:.4f}" + (", per request" if c.threshold_model else ""))
+    return {
+        "on": "both",
+        "threshold": c.threshold,
+        "target": c.target_evidence,
+        "per_request": c.threshold_model is not None,
+        "slice_thresholds": metrics.get("slice_thresholds", {}),
+    }

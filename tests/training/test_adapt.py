@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from pruner_model.training.adapt import SPLITS, AdaptSettings, split_of, split_records, training_config
+from pruner_model.training.adapt import (
+    SPLITS,
+    AdaptSettings,
+    general_calibration_config,
+    split_of,
+    split_records,
+    training_config,
+)
 
 from pruner_model.cli import main as cli_main
 from tests.training.helpers import make_records
@@ -84,6 +91,7 @@ def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, ca
     assert cli_main(argv) == 0
     state = json.loads((out / "adapt.json").read_text())
     assert all(state[k] is not None for k in ("split", "train", "calibrate", "report"))
+    assert state["calibrate"]["on"] == "yours"  # the tiny checkpoint has no calibration recipe to join
     rows = state["report"]["rows"]
     assert len(rows) == 3 and all(0 <= m["compression"] <= 1 for m in rows.values())
     config = json.loads((out / "model" / "config.json").read_text())
@@ -99,3 +107,39 @@ def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, ca
     other = [*argv[:-1], "model.relevance_distill_weight=0", "--seed", "3"]
     assert cli_main(other) != 0
     assert "holds an adaptation with another seed" in capsys.readouterr().err
+
+
+def test_calibrating_on_both_puts_your_split_beside_the_checkpoints_own_slices(tmp_path, tiny_checkpoint):
+    path, _ = _labeled(tmp_path)
+    general = make_records(n_groups=30, per_group=3)
+    for r in general:
+        r["source"] = "general"
+    dev = tmp_path / "general.jsonl"
+    dev.write_text("".join(json.dumps(r) + "\n" for r in general))
+    (tiny_checkpoint / "train_config.yaml").write_text(
+        f"data:\n  train: []\n  dev: [{dev}]\n  calibration_dev_groups: 30\n  seed: 5\n"
+        "calibration:\n  target_evidence: 0.9\n  relative_floors: []\n  relevance_exponents: []\n"
+        "  shifts: []\n"
+    )
+    settings = AdaptSettings(labeled=[str(path)], model=str(tiny_checkpoint), output=str(tmp_path / "o"))
+    recipe = general_calibration_config(settings, tmp_path / "o")
+    assert recipe["data"]["dev"] == [str(dev)] and recipe["data"]["seed"] == 5  # the recipe's groups
+    assert recipe["data"]["calibration_sources"] == [str(tmp_path / "o" / "data" / "calibration.jsonl")]
+    assert recipe["calibration"]["enabled"] and recipe["calibration"]["target_evidence"] == 0.9
+    out = tmp_path / "adapted"
+    argv = [
+        "adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--output", str(out),
+        "--replay", "--epochs", "1", "--dtype", "fp32", "--until", "calibrate",
+        "--set", "train.max_steps=2", "--set", "train.batch_size=4", "--set", "train.mixed_precision=no",
+        "--set", "model.relevance_distill_weight=0", "--set", "calibration.bf16=no",
+    ]  # fmt: skip
+    assert cli_main(argv) == 0
+    cal = json.loads((out / "adapt.json").read_text())["calibrate"]
+    assert cal["on"] == "both"
+    assert {"as_is", "source:user"} <= set(cal["slice_thresholds"])  # your text and the recipe's, together
+    assert cal["threshold"] <= min(cal["slice_thresholds"].values()) + 1e-12
+    assert json.loads((out / "model" / "config.json").read_text())["threshold"] == pytest.approx(
+        cal["threshold"]
+    )
+    (tiny_checkpoint / "train_config.yaml").write_text(f"data:\n  dev: [{tmp_path / 'gone.jsonl'}]\n")
+    assert general_calibration_config(settings, tmp_path / "o") is None  # its files are not here
