@@ -24,6 +24,7 @@ from pruner_model.commands.common import (
     existing_model_dir,
     load_pruner,
 )
+from pruner_model.training.adapt import USER
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -286,7 +287,12 @@ def _calibrate_with_general(settings, out: Path) -> dict | None:
         return None
     save_config(model.config, out / "model")
     c = model.config
-    _say("calibrate", f"threshold {c.threshold:.4f}" + (", per request" if c.threshold_model else ""))
+    _say(
+        "calibrate",
+        ("a per-request threshold; " if c.threshold_model else "")
+        + f"one threshold {c.threshold:.4f} holds on every slice"
+        + (f'; your split\'s own point "{USER}"' if USER in (c.operating_points or {}) else ""),
+    )
     return {
         "on": "both",
         "threshold": c.threshold,

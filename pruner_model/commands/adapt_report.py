@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pruner_model.commands.adapt_corpus import corpus_markdown
 from pruner_model.commands.common import load_pruner
+from pruner_model.training.adapt import USER
 
 
 def say(step: str, text: str) -> None:
@@ -27,12 +28,17 @@ def report_step(settings, out: Path, args, state) -> dict:
     recal = measure(base, cal, settings.target, settings.confidence, None, settings.seed)["threshold"]
     base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
     adapted = load_pruner(out / "model", args, say=False)
-    adapted_on_report = points(adapted, report, {}, settings.target)
+    on = (state.calibrate or {}).get("on", "yours")
+    # calibrated on both, your split also got a named point of its own: text that is all yours
+    own = (adapted.config.operating_points or {}).get(USER) if on == "both" else None
+    adapted_on_report = points(adapted, report, {USER: own} if own else {}, settings.target)
     rows = {
         "checkpoint's default": base_on_report["default"],
         "checkpoint recalibrated on your calibration split": base_on_report["recalibrated"],
-        _ADAPTED_ROW[(state.calibrate or {}).get("on", "yours")]: adapted_on_report["default"],
+        _ADAPTED_ROW[on]: adapted_on_report["default"],
     }
+    if own:
+        rows[f'adapted, at its "{USER}" operating point (your text alone)'] = adapted_on_report[USER]
     result = {
         "report_groups": base_on_report["groups"],
         "target": base_on_report["target"],
@@ -88,7 +94,9 @@ def _general_records(settings) -> list[dict]:
 
 def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
     """``records`` scored once and measured at the checkpoint's default (``default``), at each
-    named threshold, and swept (``swept``: the compression the scores allow at ``target``)."""
+    named threshold (a number on the checkpoint's rule, or an operating point's ``{threshold,
+    relative_floor}``), and swept (``swept``: the compression the scores allow at ``target``)."""
+    from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_groups
     from pruner_model.evaluation.metrics import best_compression_at, sweep
     from pruner_model.evaluation.sources import at_threshold, score_at_default
@@ -96,11 +104,18 @@ def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
     cfg = pruner.config
     target = float(target if target is not None else (cfg.target_evidence or 0.95))
     groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
-    _, ruled, default = score_at_default(pruner, groups, progress=True)
+    raw, ruled, default = score_at_default(pruner, groups, progress=True)
     out = {"groups": len(groups), "target": target}
     out["default"] = at_threshold(ruled, default, target)
     for name, t in thresholds.items():
-        out[name] = at_threshold(ruled, float(t), target)
+        at = ruled
+        if isinstance(t, dict):  # an operating point: its own floor under the checkpoint's exponent
+            if t["relative_floor"] != cfg.relative_floor:
+                at = with_score_rules(
+                    raw, cfg.relevance_exponent, t["relative_floor"], cfg.relevance_contrast
+                )
+            t = t["threshold"]
+        out[name] = at_threshold(at, float(t), target)
     best = best_compression_at(sweep(ruled), target)
     out["swept"] = None if best is None else best["compression"]
     return out

@@ -109,7 +109,12 @@ def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, ca
     assert "holds an adaptation with another seed" in capsys.readouterr().err
 
 
-def test_calibrating_on_both_puts_your_split_beside_the_checkpoints_own_slices(tmp_path, tiny_checkpoint):
+def test_calibrating_on_both_puts_your_split_beside_the_checkpoints_own_slices(
+    tmp_path, tiny_checkpoint, monkeypatch
+):
+    import pruner_model.evaluation.calibrate as calibration
+
+    monkeypatch.setattr(calibration, "MIN_POINT_QUERIES", 1)  # tiny splits still name their own point
     path, _ = _labeled(tmp_path)
     general = make_records(n_groups=30, per_group=3)
     for r in general:
@@ -129,12 +134,13 @@ def test_calibrating_on_both_puts_your_split_beside_the_checkpoints_own_slices(t
     out = tmp_path / "adapted"
     argv = [
         "adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--output", str(out),
-        "--replay", "--epochs", "1", "--dtype", "fp32", "--until", "calibrate",
+        "--replay", "--epochs", "1", "--dtype", "fp32",
         "--set", "train.max_steps=2", "--set", "train.batch_size=4", "--set", "train.mixed_precision=no",
         "--set", "model.relevance_distill_weight=0", "--set", "calibration.bf16=no",
     ]  # fmt: skip
     assert cli_main(argv) == 0
-    cal = json.loads((out / "adapt.json").read_text())["calibrate"]
+    state = json.loads((out / "adapt.json").read_text())
+    cal = state["calibrate"]
     assert cal["on"] == "both"
     assert {"as_is", "source:user"} <= set(cal["slice_thresholds"])  # your text and the recipe's, together
     assert cal["threshold"] <= min(cal["slice_thresholds"].values()) + 1e-12
