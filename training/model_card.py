@@ -132,10 +132,21 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
     )
 
 
+def _recalibration(target: float) -> str:
+    return f"""
+For text like none of these, calibrate on a labeled sample of yours (a few hundred questions, as
+`pruner annotate` writes them): `pruner calibrate --model DIR --data mine.jsonl` makes the
+threshold that keeps {target:.0%} of its answers this checkpoint's default (`--name NAME` adds it as
+an operating point instead), and `pruner adapt --labeled mine.jsonl --model DIR --output OUT`
+fine-tunes on it and calibrates on it beside this checkpoint's own slices
+(docs/bring-your-own-corpus.md).
+"""
+
+
 def _named_points(config, target: float) -> str:
     points = getattr(config, "operating_points", None)
     if not points:
-        return ""
+        return _recalibration(target)
     rows = "\n".join(
         f"| `{name}` | {p['threshold']:.4f} | {'none (absolute)' if p['relative_floor'] is None else p['relative_floor']} |"
         for name, p in sorted(points.items())
@@ -148,7 +159,7 @@ source only: `pruner.prune(query, passages, operating_point="NAME")`.
 | operating point | threshold | relative floor |
 |---|---|---|
 {rows}
-"""
+""" + _recalibration(target)
 
 
 def _teacher(cfg, config) -> str:

@@ -48,6 +48,7 @@ def test_two_step_run_writes_loadable_checkpoint(tmp_path, data_files, tiny_mode
     promise = saved["dev"]["promise"]  # the report group (held out) tests the calibrated promise
     assert promise["queries"] == 1 and promise["kept"] == round(saved["dev"]["evidence_preserved"])
     assert f"promise **{promise['verdict']}**" in card
+    assert "`pruner calibrate --model DIR --data mine.jsonl`" in card  # the way to a point for your text
     assert not (out / "checkpoints").exists() and (tmp_path / "run.trainer" / "last").is_dir()
     from pruner_model.inference import ContextPruner
 
