@@ -71,21 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="share of questions that keep all their evidence (default: the checkpoint's promise)",
     )
-    p.add_argument(
-        "--calibrate-on",
-        choices=["both", "yours"],
-        default="both",
-        help="both (default): the adapted default keeps the promise on your calibration split and on the "
-        "checkpoint's own calibration slices (needs its recipe's data files, e.g. pruner data squad && "
-        "pruner data mix; else yours alone); yours: on your split alone, one threshold, for text that is "
-        "all you serve",
-    )
-    p.add_argument(
-        "--confidence",
-        type=float,
-        default=0.8,
-        help="of the threshold calibrated on your split alone (default 0.8; with both, the recipe's)",
-    )
+    _add_calibration_arguments(p)
     p.add_argument(
         "--general-dev",
         default=None,
@@ -101,6 +87,24 @@ def _parser() -> argparse.ArgumentParser:
     add_precision_argument(p)
     add_corpus_arguments(p)
     return p
+
+
+def _add_calibration_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--calibrate-on",
+        choices=["both", "yours"],
+        default="both",
+        help="both (default): the adapted default keeps the promise on your calibration split and on the "
+        "checkpoint's own calibration slices (needs its recipe's data files, e.g. pruner data squad && "
+        "pruner data mix; else yours alone); yours: on your split alone, one threshold, for text that is "
+        "all you serve",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.8,
+        help="of the threshold calibrated on your split alone (default 0.8; with both, the recipe's)",
+    )
 
 
 def _add_inputs(p: argparse.ArgumentParser) -> None:
