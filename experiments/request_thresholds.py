@@ -206,6 +206,8 @@ def folds(args) -> None:
     with open(args.cache, "rb") as f:
         cache = pickle.load(f)
     if args.fuse:
+        if not args.cosines:
+            raise SystemExit("--fuse needs --cosines FILE (written by the cosines subcommand)")
         with open(args.cosines, "rb") as f:
             cos = pickle.load(f)
     for spec in args.fuse or [None]:
