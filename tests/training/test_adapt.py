@@ -144,8 +144,12 @@ def test_calibrating_on_both_puts_your_split_beside_the_checkpoints_own_slices(
     assert cal["on"] == "both"
     assert {"as_is", "source:user"} <= set(cal["slice_thresholds"])  # your text and the recipe's, together
     assert cal["threshold"] <= min(cal["slice_thresholds"].values()) + 1e-12
-    assert json.loads((out / "model" / "config.json").read_text())["threshold"] == pytest.approx(
-        cal["threshold"]
-    )
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["threshold"] == pytest.approx(cal["threshold"])
+    user = config["operating_points"]["user"]  # your text alone, as a named point
+    rows = state["report"]["rows"]
+    assert "adapted, calibrated on your calibration split and the checkpoint's own" in rows
+    mine = rows['adapted, at its "user" operating point (your text alone)']
+    assert mine["threshold"] == pytest.approx(user["threshold"]) and 0 <= mine["compression"] <= 1
     (tiny_checkpoint / "train_config.yaml").write_text(f"data:\n  dev: [{tmp_path / 'gone.jsonl'}]\n")
     assert general_calibration_config(settings, tmp_path / "o") is None  # its files are not here
