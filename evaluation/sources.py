@@ -190,15 +190,10 @@ def evaluate_sources(
     """``{source: source_metrics}`` for each source of ``records`` (groups ``start:start +
     max_groups`` of each source's seeded permutation), on the pruner's own score scale; each source
     also at the checkpoint's named operating point of its name (``operating_point``: at that one)."""
-    from pruner_model.evaluation.evaluator import with_score_rules
-
     cfg = pruner.config
     by_source = records_by_source(with_roles(records))
     stop = None if max_groups is None else start + max_groups
     promised = float(getattr(cfg, "target_evidence", None) or 0.95)
-    exponent = getattr(cfg, "relevance_exponent", 0.0)
-    floor = getattr(cfg, "relative_floor", None)
-    contrast = getattr(cfg, "relevance_contrast", 0.0)
     out = {}
     for src in sorted(by_source):
         groups = load_range(
@@ -210,11 +205,22 @@ def evaluate_sources(
         out[src] = source_metrics(groups, scored, default, promised)
         point = (getattr(cfg, "operating_points", None) or {}).get(operating_point or src)
         if point is not None and out[src]["queries_with_evidence"]:
-            # a point on the checkpoint's own floor is scored as the checkpoint's threshold was
-            same = point["relative_floor"] == floor
-            at = scored if same else with_score_rules(raw, exponent, point["relative_floor"], contrast)
-            out[src]["at_operating_point"] = at_threshold(at, float(point["threshold"]), promised)
+            out[src]["at_operating_point"] = at_operating_point(cfg, raw, scored, point, promised)
     return out
+
+
+def at_operating_point(cfg, raw: list[ScoredGroup], scored: list[ScoredGroup], point: dict, promised: float):
+    """:func:`at_threshold` at a named operating point ``{threshold, relative_floor}`` of the
+    checkpoint ``cfg``: on the checkpoint's own floor scored as its threshold is (``scored``), on
+    another ``raw`` rescored under that floor with the checkpoint's exponent and contrast."""
+    from pruner_model.evaluation.evaluator import with_score_rules
+
+    floor = getattr(cfg, "relative_floor", None)
+    at = scored
+    if point["relative_floor"] != floor:
+        exponent = getattr(cfg, "relevance_exponent", 0.0)
+        at = with_score_rules(raw, exponent, point["relative_floor"], getattr(cfg, "relevance_contrast", 0.0))
+    return at_threshold(at, float(point["threshold"]), promised)
 
 
 def _pct(x) -> str:

@@ -96,10 +96,9 @@ def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
     """``records`` scored once and measured at the checkpoint's default (``default``), at each
     named threshold (a number on the checkpoint's rule, or an operating point's ``{threshold,
     relative_floor}``), and swept (``swept``: the compression the scores allow at ``target``)."""
-    from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.groups import load_groups
     from pruner_model.evaluation.metrics import best_compression_at, sweep
-    from pruner_model.evaluation.sources import at_threshold, score_at_default
+    from pruner_model.evaluation.sources import at_operating_point, at_threshold, score_at_default
 
     cfg = pruner.config
     target = float(target if target is not None else (cfg.target_evidence or 0.95))
@@ -108,14 +107,10 @@ def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
     out = {"groups": len(groups), "target": target}
     out["default"] = at_threshold(ruled, default, target)
     for name, t in thresholds.items():
-        at = ruled
-        if isinstance(t, dict):  # an operating point: its own floor under the checkpoint's exponent
-            if t["relative_floor"] != cfg.relative_floor:
-                at = with_score_rules(
-                    raw, cfg.relevance_exponent, t["relative_floor"], cfg.relevance_contrast
-                )
-            t = t["threshold"]
-        out[name] = at_threshold(at, float(t), target)
+        point = isinstance(t, dict)
+        out[name] = (
+            at_operating_point(cfg, raw, ruled, t, target) if point else at_threshold(ruled, float(t), target)
+        )
     best = best_compression_at(sweep(ruled), target)
     out["swept"] = None if best is None else best["compression"]
     return out
