@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -217,7 +217,7 @@ def general_calibration_config(settings: AdaptSettings, out: Path) -> dict | Non
         return None
     if not all(Path(f).is_file() for f in [*dev, *sources]):
         return None
-    cfg = training_config(settings, out, 1)
+    cfg = training_config(replace(settings, replay=[]), out, 1)  # its model and train sections
     del cfg["data"]["seed"]  # the recipe's seed: the same calibration groups as the checkpoint's
     keep = (
         "dev",

@@ -24,7 +24,7 @@ from pruner_model.commands.common import (
     existing_model_dir,
     load_pruner,
 )
-from pruner_model.training.adapt import USER
+from pruner_model.training.adapt import CALIBRATE_ON, USER
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_calibration_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--calibrate-on",
-        choices=["both", "yours"],
+        choices=CALIBRATE_ON,
         default="both",
         help="both (default): the adapted default keeps the promise on your calibration split and on the "
         "checkpoint's own calibration slices (needs its recipe's data files, e.g. pruner data squad && "
