@@ -158,17 +158,22 @@ def _check_output(output_dir: Path) -> None:
         )
 
 
+INT8_SCHEMES = ("smoothed", "fp32 projections", "fp32 feed-forward")  # the order they are tried in
+
+
 def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int) -> dict:
-    """``model.int8.onnx``: with labeled ``records``, smoothed and all int8
-    (:mod:`~pruner_model.export.smoothing`) and judged on them (:func:`calibrate_int8`); without
-    them, or when that graph fails, with the feed-forward output projections and heads in fp32,
-    judged by the keep/drop agreement on the validation sentences (or on the records)."""
+    """``model.int8.onnx``, the first scheme of :data:`INT8_SCHEMES` that passes its check: with
+    labeled ``records``, smoothed and all int8 (:mod:`~pruner_model.export.smoothing`) and judged
+    on them (:func:`calibrate_int8`); then with each layer's feed-forward output projection and the
+    heads in fp32; then with both feed-forward projections in fp32 (a deeper encoder whose
+    LayerNorm outliers flip decisions: faster than fp32 by less, docs/serving.md). Without labels
+    the last two are judged by the keep/drop agreement on the validation sentences."""
     from pruner_model.export.smoothing import smoothing_text
     from pruner_model.export.validate import int8_agreement
 
     onnx_path, int8_path = output_dir / "model.onnx", output_dir / "model.int8.onnx"
     text = smoothing_text(records, config, groups)
-    schemes = (["smoothed"] if text else []) + ["fp32 projections"]
+    schemes = [s for s in INT8_SCHEMES if s != "smoothed" or text]
     for k, scheme in enumerate(schemes):
         out = {"int8_per_channel": True, "int8_scheme": scheme, "int8_tried": schemes[: k + 1]}
         if scheme == "smoothed":
@@ -176,7 +181,8 @@ def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int
             kept = quantize_smoothed(onnx_path, int8_path, smoothing_batches(tokenizer, config, groups_))
             out.update(int8_smoothed_on=f"{len(groups_)} groups of {source}", int8_fp32_nodes=kept)
         else:
-            out["int8_fp32_nodes"] = quantize_int8(onnx_path, int8_path)
+            feed_forward = scheme == "fp32 feed-forward"
+            out["int8_fp32_nodes"] = quantize_int8(onnx_path, int8_path, feed_forward=feed_forward)
         if not check:
             return out
         out.update(

@@ -12,21 +12,30 @@ INT8_MAX_EVIDENCE_LOSS = 0.005  # int8 at its own threshold vs fp32 at the check
 INT8_MAX_COMPRESSION_LOSS = 0.01
 
 
-def sensitive_nodes(fp32_path: Path) -> list[str]:
+def sensitive_nodes(fp32_path: Path, feed_forward: bool = False) -> list[str]:
     """The MatMuls int8 would hurt most, kept in fp32: each layer's feed-forward output projection
     (its input, the GELU output, has the outlier channels a per-tensor activation scale cannot
-    hold) and the two heads (the scores thresholds compare). Found by name in the exported graph
-    (BERT-like encoders: ``layer.N/output/dense``); none when the names do not match."""
+    hold) and the two heads (the scores thresholds compare). ``feed_forward``: each layer's
+    feed-forward input projection too (it reads the LayerNorm output, whose outliers hurt a
+    12-layer encoder's decisions: docs/experiments/results-log.md). Found by name in the exported
+    graph (BERT-like encoders: ``layer.N/output/dense``, ``layer.N/intermediate/dense``); none
+    when the names do not match."""
     import onnx
 
     graph = onnx.load(str(fp32_path), load_external_data=False).graph
     names = [
         n.name
         for n in graph.node
-        if n.op_type in ("MatMul", "Gemm") and ("_head/" in n.name or is_projection(n.name))
+        if n.op_type in ("MatMul", "Gemm")
+        and ("_head/" in n.name or is_projection(n.name) or (feed_forward and is_feed_forward_input(n.name)))
     ]
     # the quantizer first splits a Gemm into "<name>_MatMul" + Add: that MatMul stays fp32 too
     return names + [f"{n.name}_MatMul" for n in graph.node if n.op_type == "Gemm" and n.name in names]
+
+
+def is_feed_forward_input(name: str) -> bool:
+    """A feed-forward input projection's node, by its name (BERT-like: ``layer.N/intermediate/dense``)."""
+    return "/intermediate/dense/" in name
 
 
 def head_nodes(fp32_path: Path) -> list[str]:
@@ -64,21 +73,28 @@ def quantize_smoothed(fp32_path: Path, int8_path: Path, batches: list[dict]) -> 
 
 
 def quantize_int8(
-    fp32_path: Path, int8_path: Path, per_channel: bool = True, keep_sensitive: bool = True, **options
+    fp32_path: Path,
+    int8_path: Path,
+    per_channel: bool = True,
+    keep_sensitive: bool = True,
+    feed_forward: bool = False,
+    **options,
 ) -> list[str]:
     """Dynamic int8 quantization of an exported graph (int8 weights, activations quantized at run
     time); ``options`` go to ``onnxruntime.quantization.quantize_dynamic`` (``nodes_to_exclude``, ...).
     Returns the nodes left in fp32.
 
     ``per_channel``: one weight scale per output channel. ``keep_sensitive``: the nodes of
-    :func:`sensitive_nodes` stay in fp32. Both keep int8's keep/drop decisions close to fp32's
-    where a ranking-trained model decides at small probabilities (measured with
-    ``experiments/int8_variants.py``: docs/experiments/results-log.md)."""
+    :func:`sensitive_nodes` stay in fp32 (``feed_forward``: both feed-forward projections of every
+    layer). Both keep int8's keep/drop decisions close to fp32's where a ranking-trained model
+    decides at small probabilities (measured with ``experiments/int8_variants.py``:
+    docs/experiments/results-log.md)."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if keep_sensitive:
-        options["nodes_to_exclude"] = [*options.get("nodes_to_exclude", ()), *sensitive_nodes(fp32_path)]
+        kept = sensitive_nodes(fp32_path, feed_forward)
+        options["nodes_to_exclude"] = [*options.get("nodes_to_exclude", ()), *kept]
     quantize_dynamic(
         str(fp32_path),
         str(int8_path),

@@ -412,9 +412,40 @@ def test_int8_is_smoothed_on_labeled_data_and_falls_back_when_that_fails(
     with pytest.raises(Exception, match="int8 file not kept"):
         export_onnx(tiny_checkpoint, tmp_path / "out2", quantize="int8", calibration_records=records())
     saved = json.loads((tmp_path / "out2" / "export_report.json").read_text())
-    assert (
-        saved["int8_tried"] == ["smoothed", "fp32 projections"] and saved["int8_scheme"] == "fp32 projections"
-    )
+    assert saved["int8_tried"] == ["smoothed", "fp32 projections", "fp32 feed-forward"]
+    assert saved["int8_scheme"] == "fp32 feed-forward"
+
+
+def test_int8_falls_back_to_fp32_feed_forward_when_the_projections_alone_disagree(
+    tmp_path, tiny_checkpoint, monkeypatch
+):
+    """Without labels: the graph with the feed-forward output projections in fp32 is tried first;
+    when it disagrees with fp32, both feed-forward projections of every layer stay fp32 too, and
+    that graph is kept when it agrees."""
+    import onnx
+    import pruner_model.export.validate as validation
+
+    real, seen = validation.int8_agreement, []
+
+    def agreement(output_dir, tokenizer, config, items=None):
+        out = real(output_dir, tokenizer, config, items)
+        seen.append(out["int8_agreement"])
+        if len(seen) == 1:  # the first graph is judged as if it disagreed
+            out.update(int8_agreement=0.5, int8_ok=False)
+        return out
+
+    monkeypatch.setattr(validation, "int8_agreement", agreement)
+    out = tmp_path / "out"
+    report = export_onnx(tiny_checkpoint, out, quantize="int8")
+    assert len(seen) == 2 and report["int8_ok"]
+    assert report["int8_tried"] == ["fp32 projections", "fp32 feed-forward"]
+    assert report["int8_scheme"] == "fp32 feed-forward" and report["int8_agreement"] == seen[1]
+    kept = set(report["int8_fp32_nodes"])
+    assert any("/intermediate/dense/" in n for n in kept) and any("/output/dense/" in n for n in kept)
+    ops = {n.name: n.op_type for n in onnx.load(str(out / "model.int8.onnx")).graph.node}
+    assert not any(op == "MatMulInteger" and "/intermediate/dense/" in name for name, op in ops.items())
+    assert any(op in ("MatMulInteger", "QAttention") for op in ops.values())  # the rest is int8
+    assert (out / "model.int8.onnx").is_file() and "model.int8.onnx" in report["files"]
 
 
 def test_int8_is_smoothed_on_groups_apart_from_those_it_is_judged_on(tiny_checkpoint):
