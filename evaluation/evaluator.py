@@ -116,13 +116,13 @@ class Evaluator:
             raise ValueError(f"unknown baseline {unknown[0]!r} (choose from {', '.join(BASELINES)})")
         groups = self._groups(pruner.config)
         t0 = time.perf_counter()
-        raw, seconds = self._score_model(pruner, groups)
+        raw, seconds, default = self._score_model(pruner, groups)
         systems = self._systems(pruner.config, groups, raw)
         report = self._header(pruner.config, groups)
         report["systems"] = {name: _curve_summary(gs) for name, gs in systems.items()}
         threshold = calibrate_threshold(systems["pruner"], self.target, self.confidence)
         masks, pipeline_seconds = self._pipeline(pruner, groups, threshold)
-        op = self._operating_point(pruner.config, raw, systems["pruner"], threshold, masks)
+        op = self._operating_point(pruner.config, raw, systems["pruner"], threshold, masks, default)
         op["latency_ms_mean"] = 1000 * (pipeline_seconds if masks else seconds) / max(1, len(groups))
         op["seconds"] = time.perf_counter() - t0
         report["recommended_threshold"] = threshold
@@ -148,12 +148,16 @@ class Evaluator:
     def _bar(self, total: int, desc: str):
         return self.progress_factory(total, desc) if self.progress_factory else None
 
-    def _score_model(self, pruner, groups: list[LabeledGroup]) -> tuple[list[ScoredGroup], float]:
-        """The model's unit scores under its own score rules (relevance weighting)."""
+    def _score_model(self, pruner, groups: list[LabeledGroup]) -> tuple[list[ScoredGroup], float, object]:
+        """The model's unit scores under its own score rules (relevance weighting), the seconds
+        they took, and the checkpoint's per-request default on them (None: one threshold)."""
+        from pruner_model.evaluation.threshold_fit import request_default
+
         scored = score_groups(pruner, groups, progress=self.progress_factory is not None)
         exponent = getattr(pruner.config, "relevance_exponent", 0.0)
         contrast = getattr(pruner.config, "relevance_contrast", 0.0)
-        return weighted_groups(scored.groups, exponent, contrast), scored.seconds
+        default = request_default(pruner.config, groups, scored.groups)
+        return weighted_groups(scored.groups, exponent, contrast), scored.seconds, default
 
     def _systems(self, cfg, groups, raw: list[ScoredGroup]) -> dict[str, list[ScoredGroup]]:
         floor = getattr(cfg, "relative_floor", None)
@@ -194,10 +198,23 @@ class Evaluator:
         masks = pruner.keep_masks([(g.query, g.passages) for g in groups], settings)
         return masks, time.perf_counter() - t0
 
-    def _operating_point(self, cfg, raw, model_groups, threshold: float, masks) -> dict:
+    def _operating_point(self, cfg, raw, model_groups, threshold: float, masks, default=None) -> dict:
+        """The recommended threshold's numbers, and the checkpoint's default on the same groups:
+        its per-request thresholds when it has them (``default``: what ``prune()`` applies with no
+        settings; ``checkpoint_threshold`` is then their median and ``at_one_threshold`` the one
+        threshold that holds on every calibration slice), else its one threshold."""
         op = metrics_at(model_groups, threshold, keep_masks=masks[0] if masks else None)
         op["checkpoint_threshold"] = float(cfg.threshold)
-        op["at_checkpoint_threshold"] = at = metrics_at(model_groups, float(cfg.threshold))
+        if default is None:
+            op["at_checkpoint_threshold"] = at = metrics_at(model_groups, float(cfg.threshold))
+        else:
+            op["checkpoint_default"] = "per-request"
+            op["checkpoint_threshold"] = (
+                float(np.median(default.thresholds)) if len(model_groups) else float("nan")
+            )
+            op["at_one_threshold"] = metrics_at(model_groups, float(cfg.threshold))
+            at = metrics_at(model_groups, float("nan"), keep_masks=default.masks(model_groups))
+            op["at_checkpoint_threshold"] = at
         if at["queries_with_evidence"]:  # the checkpoint's threshold was not fitted on these
             promised = float(cfg.target_evidence or self.target)
             at["promise"] = promise_check(at["queries_preserved"], at["queries_with_evidence"], promised)

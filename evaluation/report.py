@@ -17,16 +17,31 @@ _VERDICTS = {
 }
 
 
+def _default_text(op: dict) -> str:
+    """The checkpoint's default threshold as the report names it."""
+    if op.get("checkpoint_default") == "per-request":
+        return f"per-request, median {op['checkpoint_threshold']:.4f}"
+    return f"{op['checkpoint_threshold']:.4f}"
+
+
 def _promise_lines(op: dict) -> list[str]:
     at = op["at_checkpoint_threshold"]
     p = at.get("promise")
     if p is None:
         return []
     lo, hi = p["interval"]
+    where = f"At {op['checkpoint_threshold']:.4f}"
+    if op.get("checkpoint_default") == "per-request":
+        one = op["at_one_threshold"]
+        where = (
+            f"At its per-request thresholds (what `prune()` applies with no settings; median "
+            f"{op['checkpoint_threshold']:.4f}; at its one threshold {one['threshold']:.4f} it keeps "
+            f"{one['evidence_preserved']:.3f} at compression {one['compression']:.3f})"
+        )
     return [
         "",
         "## The checkpoint's own threshold\n",
-        f"At {op['checkpoint_threshold']:.4f} (promised evidence {p['target']}): kept {p['kept']} of "
+        f"{where} (promised evidence {p['target']}): kept {p['kept']} of "
         f"{p['queries']} queries with evidence ({p['share']:.3f}; {p['level']:.0%} interval "
         f"{lo:.3f}–{hi:.3f}), compression {at['compression']:.3f}. **{p['verdict']}**: "
         + _VERDICTS[p["verdict"]],
@@ -69,7 +84,7 @@ def write_markdown(report: dict, path: Path) -> None:
         + (f", with confidence {report['confidence']}" if report.get("confidence") is not None else "")
         + ")\n",
         f"Recommended threshold **{report['recommended_threshold']:.4f}** "
-        f"(checkpoint default {op['checkpoint_threshold']:.4f}{_rule_text(report)}), "
+        f"(checkpoint default {_default_text(op)}{_rule_text(report)}), "
         "measured through the full pipeline:\n",
         "| metric | value |",
         "|---|---|",

@@ -259,3 +259,25 @@ def test_a_slice_needing_a_middle_threshold_gets_its_own_bands_from_the_sources_
             ratio[score, name] = m["compression"] / own
     assert ratio["sources", "easy"] >= 0.85 and ratio["sources", "numbers"] >= 0.85, ratio
     assert ratio["hard_easy", "easy"] < 0.75, ratio
+
+
+def test_pruner_evaluate_reports_the_per_request_default_as_the_checkpoints_threshold(tiny_checkpoint):
+    """`pruner evaluate` judges the promise where `prune()` applies it: at the per-request
+    thresholds (each question thresholded by its band), with the one threshold beside it."""
+    from pruner_model.evaluation.evaluator import evaluate
+    from pruner_model.evaluation.report import write_markdown
+
+    from pruner_model import ContextPruner
+    from tests.evaluation.test_evaluate import records
+
+    pruner = ContextPruner.from_pretrained(_banded_checkpoint(tiny_checkpoint))
+    report = evaluate(pruner, records(), baselines=(), pipeline=False)
+    op = report["operating_point"]
+    assert op["checkpoint_default"] == "per-request" and op["checkpoint_threshold"] == 1.0
+    one, default = op["at_one_threshold"], op["at_checkpoint_threshold"]
+    assert one["compression"] == 0.0  # the one threshold (0.0) keeps every unit
+    # every query has a question mark: the best unit of each request alone
+    assert default["compression"] > 0.5 and default["promise"]["queries"] == 3
+    write_markdown(report, tiny_checkpoint / "report.md")
+    text = (tiny_checkpoint / "report.md").read_text()
+    assert "At its per-request thresholds" in text and "checkpoint default per-request, median 1.0000" in text
