@@ -209,12 +209,10 @@ class Evaluator:
             op["at_checkpoint_threshold"] = at = metrics_at(model_groups, float(cfg.threshold))
         else:
             op["checkpoint_default"] = "per-request"
-            op["checkpoint_threshold"] = (
-                float(np.median(default.thresholds)) if len(model_groups) else float("nan")
-            )
+            op["checkpoint_threshold"] = float(np.median(default.thresholds))  # groups are never empty here
             op["at_one_threshold"] = metrics_at(model_groups, float(cfg.threshold))
             at = metrics_at(model_groups, float("nan"), keep_masks=default.masks(model_groups))
-            op["at_checkpoint_threshold"] = at
+            op["at_checkpoint_threshold"] = at = {**at, "threshold": op["checkpoint_threshold"]}
         if at["queries_with_evidence"]:  # the checkpoint's threshold was not fitted on these
             promised = float(cfg.target_evidence or self.target)
             at["promise"] = promise_check(at["queries_preserved"], at["queries_with_evidence"], promised)

@@ -278,6 +278,9 @@ def test_pruner_evaluate_reports_the_per_request_default_as_the_checkpoints_thre
     assert one["compression"] == 0.0  # the one threshold (0.0) keeps every unit
     # every query has a question mark: the best unit of each request alone
     assert default["compression"] > 0.5 and default["promise"]["queries"] == 3
+    assert (
+        default["threshold"] == 1.0
+    )  # the median of the requests' thresholds: report.json stays strict JSON
     write_markdown(report, tiny_checkpoint / "report.md")
     text = (tiny_checkpoint / "report.md").read_text()
     assert "At its per-request thresholds" in text and "checkpoint default per-request, median 1.0000" in text
