@@ -59,14 +59,15 @@ def _smooth(fp32: Path, int8: Path, pruner, model: str, scope: str) -> None:
     import pruner_model.export.smoothing as sm
     from pruner_model.export.quantize import head_nodes, quantize_int8, smoothing_batches
 
-    if scope == "all":  # every MatMul and fused attention reading an activation, heads apart
-        sm.projections = lambda g: [
-            n for n in g.node if n.op_type in ("MatMul", "Attention") and "_head/" not in n.name
-        ]
+    def every_input(g):  # every MatMul and fused attention reading an activation, heads apart
+        return [n for n in g.node if n.op_type in ("MatMul", "Attention") and "_head/" not in n.name]
+
+    select = every_input if scope == "all" else sm.projections
     groups = [g for gs in _own_groups(model, pruner.config, 200, 16, 2).values() for g in gs if g.passages]
     with tempfile.TemporaryDirectory(dir=int8.parent) as tmp:
         smoothed = Path(tmp) / "smoothed.onnx"
-        sm.smoothed_graph(fp32, smoothed, smoothing_batches(pruner.tokenizer, pruner.config, groups))
+        batches = smoothing_batches(pruner.tokenizer, pruner.config, groups)
+        sm.smoothed_graph(fp32, smoothed, batches, select=select)
         quantize_int8(smoothed, int8, keep_sensitive=False, nodes_to_exclude=head_nodes(fp32))
 
 

@@ -70,14 +70,18 @@ def channel_maxima(fp32_path: Path, targets, batches: list[dict]) -> dict[str, n
     return amax
 
 
-def smoothed_graph(fp32_path: Path, out_path: Path, batches: list[dict], alpha: float = ALPHA) -> int:
-    """Write ``fp32_path`` with its projections smoothed to ``out_path``; returns how many."""
+def smoothed_graph(
+    fp32_path: Path, out_path: Path, batches: list[dict], alpha: float = ALPHA, select=projections
+) -> int:
+    """Write ``fp32_path`` with the nodes ``select(graph)`` picks (its feed-forward output
+    projections unless told otherwise; each reads its activation as input 0 and its weight rows as
+    input 1) smoothed to ``out_path``; returns how many."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(fp32_path))
     g = model.graph
-    targets = projections(g)
+    targets = select(g)
     amax = channel_maxima(fp32_path, targets, batches)
     inits = {i.name: i for i in g.initializer}
     for n in targets:
