@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pruner_model.annotation.squad import extract_from_sdist
+from pruner_model.annotation.bigbench import extract
 from pruner_model.core.records import SOURCE_LANGUAGE, default_cache_dir
 
 RESERVED_TASKS = ("coqa_conversational_question_answering",)  # never read: outside evaluation
@@ -119,8 +119,9 @@ class SourceReport:
         }
 
 
-def fetch_task(source: str, cache_dir: Path | None = None) -> Path:
-    """The task file of ``source``, extracted from the cached bigbench sdist once."""
+def fetch_task(source: str, cache_dir: Path | None = None, sdist: str | Path | None = None) -> Path:
+    """The task file of ``source``, extracted from the bigbench sdist once (``sdist``: a copy of it,
+    :func:`.bigbench.locate_sdist`)."""
     if source not in TASK_FILES:
         raise ValueError(f"unknown source {source!r}; choose from {', '.join(TASK_FILES)}")
     name = TASK_FILES[source]
@@ -128,13 +129,19 @@ def fetch_task(source: str, cache_dir: Path | None = None) -> Path:
         raise ValueError(f"{name} is reserved for an outside evaluation and is never read")
     target = Path(cache_dir or default_cache_dir()) / "bigbench_tasks" / name
     if not target.is_file():
-        extract_from_sdist({name: target}, cache_dir)
+        extract({name: target}, cache_dir, sdist)
     return target
 
 
-def load_source(source: str, path: str | Path | None = None, cache_dir: Path | None = None):
-    """``(examples, report)`` of one source (``path``: a task.json of that source's format)."""
-    path = Path(path) if path is not None else fetch_task(source, cache_dir)
+def load_source(
+    source: str,
+    path: str | Path | None = None,
+    cache_dir: Path | None = None,
+    sdist: str | Path | None = None,
+):
+    """``(examples, report)`` of one source (``path``: a task.json of that source's format; else
+    the sdist's, ``sdist`` as :func:`fetch_task` takes it)."""
+    path = Path(path) if path is not None else fetch_task(source, cache_dir, sdist)
     examples = json.loads(path.read_text(encoding="utf-8"))["examples"]
     report = SourceReport(questions=len(examples))
     out: list[Example] = []

@@ -7,7 +7,7 @@ sometimes right. Groups are written twice: as labeled records (the training unit
 grouped form ``{id, query, passages}`` that ``pruner annotate`` labels, for comparison with gold.
 
 The SQuAD v1.1 dev set and SQuADShifts come from the ``bigbench==1.0.0`` sdist on PyPI,
-downloaded once with pip and cached. The SQuADShifts ``reddit`` and ``amazon`` sets are reserved
+downloaded once with pip and cached, or from a copy of it (:mod:`.bigbench`). The SQuADShifts ``reddit`` and ``amazon`` sets are reserved
 for an outside held-out evaluation and are refused here.
 """
 
@@ -16,17 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import random
-import subprocess
-import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pruner_model.annotation.bigbench import extract
 from pruner_model.core.records import RecordError, default_cache_dir, read_text
 from pruner_model.core.segmentation import segment
 
 logger = logging.getLogger(__name__)
-BIGBENCH_VERSION = "1.0.0"
 SQUAD_FILES = {  # split name -> file in bigbench/benchmark_tasks/squad_shifts/
     "squaddev": "squaddev_v1.1.json",
     "new_wiki": "new_wiki_v1.0.json",
@@ -37,50 +34,9 @@ DEFAULT_TRAIN_SPLITS = ("squaddev", "new_wiki")
 DEFAULT_DEV_SPLITS = ("nyt",)
 
 
-def bigbench_sdist(cache_dir: Path | None = None) -> Path:
-    """The ``bigbench`` sdist in the cache, downloaded once with pip if needed."""
-    cache_dir = Path(cache_dir or default_cache_dir())
-    downloads = cache_dir / "downloads"
-    sdist = downloads / f"bigbench-{BIGBENCH_VERSION}.tar.gz"
-    if sdist.is_file():
-        return sdist
-    downloads.mkdir(parents=True, exist_ok=True)
-    logger.info(f"downloading bigbench=={BIGBENCH_VERSION} sdist (358 MB, once) into {downloads}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        f"bigbench=={BIGBENCH_VERSION}",
-        "-d",
-        str(downloads),
-        "--quiet",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not sdist.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"could not download bigbench=={BIGBENCH_VERSION}: {last}")
-    return sdist
-
-
-def extract_from_sdist(members: dict[str, Path], cache_dir: Path | None = None) -> None:
-    """Copy ``members`` (path under ``bigbench/benchmark_tasks/`` -> target file) out of the sdist,
-    each written whole or not at all."""
-    prefix = f"bigbench-{BIGBENCH_VERSION}/bigbench/benchmark_tasks/"
-    with tarfile.open(bigbench_sdist(cache_dir)) as tar:
-        for name, target in members.items():
-            data = tar.extractfile(tar.getmember(prefix + name)).read()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.parent / f".{target.name}.tmp"
-            tmp.write_bytes(data)
-            tmp.replace(target)
-
-
-def fetch_squad_split(split: str, cache_dir: Path | None = None) -> Path:
-    """Path of a SQuAD-format JSON split, downloading the bigbench sdist once if needed."""
+def fetch_squad_split(split: str, cache_dir: Path | None = None, sdist: str | Path | None = None) -> Path:
+    """Path of a SQuAD-format JSON split, extracted once from the bigbench sdist (``sdist``: a copy
+    of it; else ``$PRUNER_BIGBENCH_SDIST``, the cached one or a download: :mod:`.bigbench`)."""
     if split in HELD_OUT:
         raise ValueError(f"split {split!r} is held out for an outside evaluation and is never used here")
     if split not in SQUAD_FILES:
@@ -88,8 +44,8 @@ def fetch_squad_split(split: str, cache_dir: Path | None = None) -> Path:
     cache_dir = Path(cache_dir or default_cache_dir())
     target = cache_dir / "squad_shifts" / SQUAD_FILES[split]
     if not target.is_file():  # extract only the allowed splits
-        extract_from_sdist(
-            {f"squad_shifts/{name}": target.parent / name for name in SQUAD_FILES.values()}, cache_dir
+        extract(
+            {f"squad_shifts/{name}": target.parent / name for name in SQUAD_FILES.values()}, cache_dir, sdist
         )
     return target
 

@@ -19,6 +19,17 @@ def output_folder(path: str) -> Path:
     return out
 
 
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the bigbench sdist and what is extracted from it are kept."""
+    p.add_argument(
+        "--sdist",
+        default=None,
+        help="a copy of bigbench-1.0.0.tar.gz to read instead of downloading it (default: "
+        "$PRUNER_BIGBENCH_SDIST, else the cached one, else pip download)",
+    )
+    p.add_argument("--cache-dir", default=None, help="default: $PRUNER_CACHE, else ~/.cache/pruner")
+
+
 def _data_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner data",
@@ -66,7 +77,7 @@ def _data_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train-questions", type=int, default=None)
     p.add_argument("--max-dev-questions", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-dir", default=None)
+    add_source_arguments(p)
     return p
 
 
@@ -91,7 +102,7 @@ def data_main(argv: list[str] | None = None) -> int:
         jobs.append(
             (
                 "train",
-                [(s, fetch_squad_split(s, args.cache_dir)) for s in args.train_splits],
+                [(s, fetch_squad_split(s, args.cache_dir, args.sdist)) for s in args.train_splits],
                 args.max_train_questions,
             )
         )
@@ -99,7 +110,7 @@ def data_main(argv: list[str] | None = None) -> int:
         jobs.append(
             (
                 "dev",
-                [(s, fetch_squad_split(s, args.cache_dir)) for s in args.dev_splits],
+                [(s, fetch_squad_split(s, args.cache_dir, args.sdist)) for s in args.dev_splits],
                 args.max_dev_questions,
             )
         )
@@ -201,7 +212,7 @@ def _mix_parser() -> argparse.ArgumentParser:
         help="SQuAD training records: documents they hold stay in train (skipped when missing)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-dir", default=None)
+    add_source_arguments(p)
     return p
 
 
@@ -236,7 +247,7 @@ def mix_main(argv: list[str]) -> int:
     )
     examples, report = [], {"sources": {}, "settings": vars(args) | {"sources": sources}}
     for src in sources:
-        ex, rep = load_source(src, cache_dir=args.cache_dir)
+        ex, rep = load_source(src, cache_dir=args.cache_dir, sdist=args.sdist)
         examples += ex
         report["sources"][src] = rep.to_dict() | {"licence": LICENCES[src]}
         print(
