@@ -6,11 +6,15 @@ in resumable steps under one output folder:
    ``data/report.jsonl``, so that questions about one document never sit on both sides;
 2. ``train``: fine-tuning from the checkpoint (``model.init_from``) on the train split, with a
    share of the checkpoint's own training data replayed so that it keeps what it knew;
-3. ``calibrate``: the adapted model's default calibrated on the calibration split beside the
+3. ``mix``: the published weights blended with the checkpoint's, the share of fine-tuned weights
+   chosen on the calibration split and on general text the report does not use, so that general
+   text loses at most ``forget_allowance`` of its compression at the promise
+   (:mod:`pruner_model.commands.adapt_mix`);
+4. ``calibrate``: the adapted model's default calibrated on the calibration split beside the
    checkpoint's own calibration slices (its recipe's dev groups, shifted copies and sources), so
    the promise holds on both kinds of text (``calibrate_on="both"``), or on the user's split alone
    (``"yours"``: one threshold, for text that is all the user serves);
-4. ``report``: on the report split, never trained or calibrated on: the checkpoint's default,
+5. ``report``: on the report split, never trained or calibrated on: the checkpoint's default,
    the checkpoint recalibrated on the calibration split alone, and the adapted model; with
    ``general_dev``, compression at the promise on general text before and after (what it forgot).
 
@@ -52,6 +56,9 @@ class AdaptSettings:
     overrides: list[str] = field(default_factory=list)  # key=value of the training config
     corpus: dict | None = None  # `--corpus`: the corpus steps' settings (labeled: what they write)
     calibrate_on: str = "both"  # "both": your split beside the checkpoint's own slices; "yours": yours alone
+    # the most compression at the promise general text may lose: the mix step blends the fine-tuned
+    # weights with the checkpoint's to stay within it (None: the fine-tuned weights as trained)
+    forget_allowance: float | None = 0.02
 
     def check(self) -> None:
         if len(self.shares) != 3 or any(s <= 0 for s in self.shares):
@@ -64,6 +71,8 @@ class AdaptSettings:
             raise ValueError(
                 f"--calibrate-on must be one of {', '.join(CALIBRATE_ON)}, got {self.calibrate_on!r}"
             )
+        if self.forget_allowance is not None and not 0 <= self.forget_allowance <= 1:
+            raise ValueError(f"--forget-allowance must be in [0, 1] (or none), got {self.forget_allowance}")
         if self.epochs < 1:
             raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
         if self.target is not None and not 0 < self.target <= 1:
@@ -254,6 +263,7 @@ class AdaptState:
     corpus: dict | None = None  # the corpus steps' results, by step
     split: dict | None = None
     train: dict | None = None
+    mix: dict | None = None
     calibrate: dict | None = None
     report: dict | None = None
 
@@ -266,9 +276,11 @@ class AdaptState:
         state = cls(**json.loads(path.read_text(encoding="utf-8")))
         keys = (
             "labeled", "model", "shares", "seed", "replay_share", "epochs", "max_train_groups", "corpus",
-            "calibrate_on",
+            "calibrate_on", "forget_allowance",
         )  # fmt: skip
         for key in keys:
+            if key == "forget_allowance" and key not in state.settings:  # written before the mix step
+                continue
             if json.dumps(_compared(state.settings, key)) != json.dumps(_compared(mine, key)):
                 raise ValueError(
                     f"{out} holds an adaptation with another {key} ({state.settings.get(key)!r}): "

@@ -16,6 +16,7 @@ from pruner_model.commands.adapt_corpus import (
     corpus_settings,
     run_corpus_steps,
 )
+from pruner_model.commands.adapt_mix import mix_step
 from pruner_model.commands.adapt_report import report_markdown, report_step
 from pruner_model.commands.adapt_report import say as _say
 from pruner_model.commands.common import (
@@ -72,13 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         help="share of questions that keep all their evidence (default: the checkpoint's promise)",
     )
     _add_calibration_arguments(p)
-    p.add_argument(
-        "--general-dev",
-        default=None,
-        help="labeled general records (e.g. data/squad/dev.jsonl): compression at the promise there "
-        "before and after, i.e. what the adaptation forgot",
-    )
-    p.add_argument("--general-groups", type=int, default=400, help="groups of --general-dev (default 400)")
+    _add_mix_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     add_overrides_argument(
         p, "override a value of the fine-tuning config, e.g. --set train.lr=3e-5 (repeatable)"
@@ -87,6 +82,26 @@ def _parser() -> argparse.ArgumentParser:
     add_precision_argument(p)
     add_corpus_arguments(p)
     return p
+
+
+def _add_mix_arguments(p: argparse.ArgumentParser) -> None:
+    """General text and what the adaptation may forget of it."""
+    p.add_argument(
+        "--general-dev",
+        default=None,
+        help="labeled general records (e.g. data/squad/dev.jsonl): compression at the promise there "
+        "before and after, i.e. what the adaptation forgot (the report: its first --general-groups groups; "
+        "the mix step chooses on the next ones; default for the mix step: the checkpoint recipe's dev file)",
+    )
+    p.add_argument("--general-groups", type=int, default=400, help="groups of --general-dev (default 400)")
+    p.add_argument(
+        "--forget-allowance",
+        type=_allowance,
+        default=0.02,
+        help="the most compression at the promise that general text may lose (default 0.02): the published "
+        "weights blend the fine-tuned ones with the checkpoint's, the share chosen to stay within it and "
+        "gain most on your calibration split; none: the fine-tuned weights as trained",
+    )
 
 
 def _add_calibration_arguments(p: argparse.ArgumentParser) -> None:
@@ -119,10 +134,19 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--until",
-        choices=[*CORPUS_STEPS, "split", "train", "calibrate"],
+        choices=[*CORPUS_STEPS, "split", "train", "mix", "calibrate"],
         default=None,
         help="stop after this step (run again without it to go on)",
     )
+
+
+def _allowance(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number in [0, 1] or none, got {text!r}") from None
 
 
 def _settings(args):
@@ -156,6 +180,7 @@ def _settings(args):
         seed=args.seed,
         overrides=list(args.overrides),
         calibrate_on=args.calibrate_on,
+        forget_allowance=args.forget_allowance,
     )
     settings.check()
     return settings
@@ -186,6 +211,7 @@ def adapt_main(argv: list[str] | None = None) -> int:
     steps = {  # each step's result goes into adapt.json; a step whose result is there is not run again
         "split": lambda: split_records(settings, out),
         "train": lambda: _train(settings, out, state.split["train"]["groups"]),
+        "mix": lambda: _mix(settings, out, args, state),
         "calibrate": lambda: _calibrate(settings, out, args),
         "report": lambda: report_step(settings, out, args, state),
     }
@@ -232,6 +258,12 @@ def _train(settings, out: Path, train_groups: int) -> dict:
     if metrics.get("interrupted"):
         raise KeyboardInterrupt
     return {"seconds": round(time.perf_counter() - t0, 1), "steps": metrics.get("best_step")}
+
+
+def _mix(settings, out: Path, args, state) -> dict:
+    if state.calibrate is not None:  # calibrated already: blending now would void its threshold
+        return {"share": 1.0, "reason": "this adaptation was calibrated without a mix step"}
+    return mix_step(settings, out, args)
 
 
 def _calibrate(settings, out: Path, args) -> dict:

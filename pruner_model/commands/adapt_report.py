@@ -46,7 +46,7 @@ def report_step(settings, out: Path, args, state) -> dict:
         "at_target_swept": {"checkpoint": base_on_report["swept"], "adapted": adapted_on_report["swept"]},
     }
     if settings.general_dev:
-        general = _general_records(settings)
+        general = general_records(settings.general_dev, settings.general_groups)
         before, after = (points(m, general, {}, settings.target) for m in (base, adapted))
         result["general"] = {
             "file": settings.general_dev,
@@ -78,17 +78,21 @@ def _kept_and_compression(measured: dict) -> list[float]:
     return [measured["default"]["evidence_preserved"], measured["default"]["compression"]]
 
 
-def _general_records(settings) -> list[dict]:
+def general_records(path: str, groups: int, skip: int = 0) -> list[dict]:
+    """The records of ``groups`` query groups of ``path`` in file order, after the first ``skip``
+    (the report measures the first ones; the mix step chooses on the next ones)."""
     from pruner_model.core.records import iter_jsonl
     from pruner_model.evaluation.groups import group_of
 
-    keep, out = set(), []
-    for rec in iter_jsonl(settings.general_dev):
+    seen, out = {}, []
+    for rec in iter_jsonl(path):
         g = group_of(rec)
-        if g not in keep and len(keep) >= settings.general_groups:
-            continue
-        keep.add(g)
-        out.append(rec)
+        if g not in seen:
+            if len(seen) >= skip + groups:
+                continue
+            seen[g] = len(seen)
+        if seen[g] >= skip:
+            out.append(rec)
     return out
 
 
@@ -117,6 +121,8 @@ def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
 
 
 def report_markdown(state) -> str:
+    from pruner_model.commands.adapt_mix import mix_markdown
+
     r = state.report
     lines = [
         f"# Adaptation report: {state.settings['model']} on {', '.join(state.settings['labeled'])}",
@@ -126,6 +132,7 @@ def report_markdown(state) -> str:
         *(f"| {s} | {c['groups']} | {c['documents']} | {c['with_answer']} |" for s, c in state.split.items()),
         "",
         *(corpus_markdown(state.corpus) if state.corpus else []),
+        *(mix_markdown(state.mix) if state.mix else []),
         f"Fine-tuning: {state.train['seconds'] / 60:.1f} minutes. On the report split ({r['report_groups']} "
         f"groups, never trained or calibrated on), target {r['target']}:",
         "",

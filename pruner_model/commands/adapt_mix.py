@@ -1,0 +1,111 @@
+"""The ``mix`` step of `pruner adapt`: the published weights become a blend of the fine-tuned
+ones and the checkpoint's (:mod:`pruner_model.training.interpolation`), the share chosen on the
+user's calibration split and on general text the report does not use, so that what the
+adaptation forgets of general text stays within ``--forget-allowance``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from pruner_model.commands.adapt_report import general_records, points, say
+from pruner_model.training.adapt import _base_train_config
+
+TRAINED = "model.trained"  # the fine-tuned weights as trained, kept beside a blend
+
+
+def general_selection(settings) -> tuple[str, list[dict]] | None:
+    """General text to measure forgetting on: ``--general-dev``'s groups after the ones the report
+    measures (``general_groups`` of them), else the same groups of the checkpoint recipe's dev file
+    (its ``train_config.yaml``) where it is on this machine; None without either."""
+    path = settings.general_dev
+    if path is None:
+        dev = (_base_train_config(settings.model).get("data") or {}).get("dev") or []
+        path = next((f for f in dev if Path(f).is_file()), None)
+    if path is None:
+        return None
+    records = general_records(path, settings.general_groups, skip=settings.general_groups)
+    return (path, records) if records else None
+
+
+def mix_step(settings, out: Path, args) -> dict:
+    """Measure each share of :data:`SHARES`, choose one, write the blend to ``out/model`` (the
+    fine-tuned weights moved to ``out/model.trained``), and return what was measured."""
+    from pruner_model.commands.common import load_pruner
+    from pruner_model.core.modeling import PrunerModel
+    from pruner_model.core.records import read_jsonl
+    from pruner_model.training.interpolation import SHARES, Measured, choose_share, interpolated
+
+    if settings.forget_allowance is None:
+        return {"share": 1.0, "reason": "--forget-allowance none: the fine-tuned weights as trained"}
+    general = general_selection(settings)
+    if general is None:
+        say(
+            "mix",
+            "no general text to measure forgetting on (--general-dev): the fine-tuned weights as trained",
+        )
+        return {"share": 1.0, "reason": "no general text (--general-dev) to measure what it forgets"}
+    general_file, general_recs = general
+    tuned_dir = out / TRAINED if (out / TRAINED).is_dir() else out / "model"  # a blend half-written before
+    yours = read_jsonl(out / "data" / "calibration.jsonl")
+    pruner = load_pruner(tuned_dir, args, say=False)
+    model = pruner.backend.model
+    tuned = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    start = PrunerModel.from_pretrained(settings.model).state_dict()
+    rows = []
+    for share in SHARES:
+        model.load_state_dict(interpolated(start, tuned, share))
+        say("mix", f"share {share:g} of the fine-tuned weights: your calibration split, then general text")
+        mine = points(pruner, yours, {}, settings.target)
+        rows.append(Measured(share, mine["swept"], points(pruner, general_recs, {}, mine["target"])["swept"]))
+    share, reason = choose_share(rows, settings.forget_allowance)
+    if share != 1.0 or tuned_dir != out / "model":
+        _publish(tuned_dir, out, interpolated(start, tuned, share))
+    say("mix", f"share {share:g} of the fine-tuned weights: {reason}")
+    return {
+        "share": share,
+        "reason": reason,
+        "allowance": settings.forget_allowance,
+        "general": {"file": general_file, "groups": len({r["id"].split("/")[0] for r in general_recs})},
+        "rows": [{"share": r.share, "yours": r.yours, "general": r.general} for r in rows],
+    }
+
+
+def _publish(tuned_dir: Path, out: Path, weights: dict) -> None:
+    """``weights`` into ``out/model`` whole: written beside it, then swapped in, the fine-tuned
+    weights kept at ``out/model.trained``."""
+    from pruner_model.core.modeling import PrunerModel
+
+    staging = out / "model.mixing"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(tuned_dir, staging)
+    model = PrunerModel.from_pretrained(str(tuned_dir))
+    model.load_state_dict(weights)
+    model.save_pretrained(str(staging))
+    if tuned_dir == out / "model":
+        os.replace(out / "model", out / TRAINED)
+    else:
+        shutil.rmtree(out / "model", ignore_errors=True)
+    os.replace(staging, out / "model")
+
+
+def mix_markdown(mix: dict) -> list[str]:
+    """The mix step's lines of ``report.md``."""
+    if not mix.get("rows"):
+        return [f"Weights: the fine-tuned ones as trained ({mix['reason']}).", ""]
+    g = mix["general"]
+    lines = [
+        f"Weights: {mix['share']:g} of the fine-tuned ones and {1 - mix['share']:g} of the checkpoint's, "
+        f"chosen as {mix['reason']}. Compression at the promise, threshold swept, on your calibration "
+        f"split and on {g['groups']} groups of {g['file']} that the report below does not use:",
+        "",
+        "| share of fine-tuned weights | your calibration split | general text |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {r['share']:g} | {_num(r['yours'])} | {_num(r['general'])} |" for r in mix["rows"]]
+    return [*lines, ""]
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
