@@ -18,15 +18,15 @@ TRAINED = "model.trained"  # the fine-tuned weights as trained, kept beside a bl
 def general_selection(settings) -> tuple[str, list[dict]] | None:
     """General text to measure forgetting on: ``--general-dev``'s groups after the ones the report
     measures (``general_groups`` of them), else the same groups of the checkpoint recipe's dev file
-    (its ``train_config.yaml``) where it is on this machine; None without either."""
+    (its ``train_config.yaml``) where it is on this machine: ``(file, records)``; None without
+    either file."""
     path = settings.general_dev
     if path is None:
         dev = (_base_train_config(settings.model).get("data") or {}).get("dev") or []
         path = next((f for f in dev if Path(f).is_file()), None)
     if path is None:
         return None
-    records = general_records(path, settings.general_groups, skip=settings.general_groups)
-    return (path, records) if records else None
+    return path, general_records(path, settings.general_groups, skip=settings.general_groups)
 
 
 def mix_step(settings, out: Path, args) -> dict:
@@ -40,12 +40,14 @@ def mix_step(settings, out: Path, args) -> dict:
     if settings.forget_allowance is None:
         return {"share": 1.0, "reason": "--forget-allowance none: the fine-tuned weights as trained"}
     general = general_selection(settings)
-    if general is None:
-        say(
-            "mix",
-            "no general text to measure forgetting on (--general-dev): the fine-tuned weights as trained",
+    if general is None or not general[1]:
+        why = (
+            "no general text (--general-dev) to measure what it forgets"
+            if general is None
+            else f"{general[0]} has no groups after the {settings.general_groups} the report measures"
         )
-        return {"share": 1.0, "reason": "no general text (--general-dev) to measure what it forgets"}
+        say("mix", f"{why}: the fine-tuned weights as trained")
+        return {"share": 1.0, "reason": why}
     general_file, general_recs = general
     tuned_dir = out / TRAINED if (out / TRAINED).is_dir() else out / "model"  # a blend half-written before
     yours = read_jsonl(out / "data" / "calibration.jsonl")

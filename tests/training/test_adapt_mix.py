@@ -125,6 +125,11 @@ def test_without_general_text_or_with_none_the_weights_stay_as_trained(tmp_path,
     mix = json.loads((tmp_path / "a" / "adapt.json").read_text())["mix"]
     assert mix["share"] == 1.0 and "--general-dev" in mix["reason"]
     assert "no general text" in capsys.readouterr().err
+    small = tmp_path / "small.jsonl"  # no groups left after the report's 400
+    small.write_text("".join(json.dumps(r) + "\n" for r in make_records(n_groups=5, per_group=2)))
+    assert cli_main([*base, "--output", str(tmp_path / "d"), "--general-dev", str(small)]) == 0
+    mix = json.loads((tmp_path / "d" / "adapt.json").read_text())["mix"]
+    assert mix["share"] == 1.0 and "has no groups after the 400 the report measures" in mix["reason"]
     assert cli_main([*base, "--output", str(tmp_path / "b"), "--forget-allowance", "none"]) == 0
     mix = json.loads((tmp_path / "b" / "adapt.json").read_text())["mix"]
     assert mix["share"] == 1.0 and "none" in mix["reason"] and not (tmp_path / "b" / "model.trained").exists()
