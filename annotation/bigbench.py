@@ -3,9 +3,11 @@
 task files that may be read.
 
 The sdist is found, in order: ``sdist=`` (``pruner data squad|mix --sdist FILE``), then
-``$PRUNER_BIGBENCH_SDIST``, then ``<cache>/downloads/bigbench-1.0.0.tar.gz``; only when none is
-there is it downloaded with ``pip download`` (which follows pip's own index settings, so a
-mirror named by ``PIP_INDEX_URL`` serves it too). A download goes to a temporary folder and is
+``$PRUNER_BIGBENCH_SDIST`` (either may also name a checkout of the BIG-bench repository, or an
+unpacked sdist: its ``bigbench/benchmark_tasks/`` files are read as they are), then
+``<cache>/downloads/bigbench-1.0.0.tar.gz``; only when none is there is it downloaded with ``pip
+download`` (which follows pip's own index settings, so a mirror named by ``PIP_INDEX_URL`` serves
+it too). A download goes to a temporary folder and is
 moved into the cache whole, so an interrupted one leaves nothing behind.
 """
 
@@ -48,9 +50,12 @@ def locate_sdist(cache_dir: Path | None = None, sdist: str | Path | None = None)
     named = sdist or os.environ.get(ENV)
     if named:
         path = Path(named).expanduser()
-        if not path.is_file():
+        if not path.exists():
             source = "--sdist" if sdist else f"${ENV}"
-            raise SdistError(f"{source} {path}: no such file (a copy of {FILE})")
+            raise SdistError(
+                f"{source} {path}: no such file or folder (a copy of {FILE}, or a checkout of the "
+                "BIG-bench repository)"
+            )
         return path
     cached = cached_sdist(cache_dir)
     return cached if cached.is_file() else download_sdist(cached)
@@ -83,6 +88,10 @@ def extract(members: dict[str, Path], cache_dir: Path | None = None, sdist: str 
     each written whole or not at all. Every member is looked up before any is written: a file that
     is not the 1.0.0 sdist, or a damaged one, is a one-line :class:`SdistError` and writes nothing."""
     path = locate_sdist(cache_dir, sdist)
+    if path.is_dir():
+        data = {name: _read_from_checkout(path, name) for name in members}
+        _write_whole(members, data)
+        return
     fix = (
         " (delete it and run again, or give a copy with --sdist FILE)"
         if path == cached_sdist(cache_dir)
@@ -106,8 +115,26 @@ def extract(members: dict[str, Path], cache_dir: Path | None = None, sdist: str 
         if reason.startswith("file could not be opened"):  # tarfile's multi-line "tried each method"
             reason = "not a tar archive"
         raise SdistError(f"{path} is not a readable bigbench {VERSION} sdist ({reason}){fix}") from None
-    for name, target in members.items():  # read whole first: a damaged sdist writes nothing
+    _write_whole(members, data)
+
+
+def _write_whole(members: dict[str, Path], data: dict[str, bytes]) -> None:
+    """Every member read before any is written: a damaged source writes nothing."""
+    for name, target in members.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f".{target.name}.tmp"
         tmp.write_bytes(data[name])
         tmp.replace(target)
+
+
+def _read_from_checkout(folder: Path, name: str) -> bytes:
+    """``bigbench/benchmark_tasks/<name>`` of a checkout of the BIG-bench repository (or of an
+    unpacked sdist: ``bigbench-1.0.0/`` inside ``folder``)."""
+    tasks = TASKS.split("/", 1)[1]  # bigbench/benchmark_tasks/
+    for root in (folder, folder / f"bigbench-{VERSION}"):
+        if (root / tasks).is_dir():
+            path = root / tasks / name
+            if not path.is_file():
+                raise SdistError(f"{folder} is a BIG-bench checkout without {tasks}{name}")
+            return path.read_bytes()
+    raise SdistError(f"{folder} is not a BIG-bench checkout or unpacked sdist: it has no {tasks}")

@@ -24,8 +24,8 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sdist",
         default=None,
-        help="a copy of bigbench-1.0.0.tar.gz to read instead of downloading it (default: "
-        "$PRUNER_BIGBENCH_SDIST, else the cached one, else pip download)",
+        help="a copy of bigbench-1.0.0.tar.gz, or a checkout of the BIG-bench repository, to read instead "
+        "of downloading the sdist (default: $PRUNER_BIGBENCH_SDIST, else the cached one, else pip download)",
     )
     p.add_argument("--cache-dir", default=None, help="default: $PRUNER_CACHE, else ~/.cache/pruner")
 

@@ -147,3 +147,32 @@ def test_a_failed_download_says_how_to_give_a_copy_and_leaves_no_part(tmp_path, 
     assert "could not download bigbench==1.0.0" in line and "No matching distribution" in line
     assert "--sdist FILE" in line and bigbench.ENV in line and str(bigbench.cached_sdist(cache)) in line
     assert _files(cache) == [] and not (tmp_path / "out").exists()
+
+
+def test_a_checkout_of_the_repository_or_an_unpacked_sdist_is_read_as_it_is(sdist, tmp_path, monkeypatch):
+    monkeypatch.delenv(bigbench.ENV, raising=False)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")  # bigbench-1.0.0/bigbench/... inside
+        tar.extractall(tmp_path / "repo", filter="data")
+    checkout = tmp_path / "repo" / "bigbench-1.0.0"  # a checkout: bigbench/benchmark_tasks/ at its top
+    for n, folder in enumerate((checkout, tmp_path / "unpacked")):
+        cache, out = tmp_path / f"cache{n}", tmp_path / f"out{n}"
+        argv = ["data", "squad", "--sdist", str(folder), "--cache-dir", str(cache), "--output", str(out)]
+        assert main([*argv, "--passages-per-group", "3"]) == 0
+        assert (out / "dev.jsonl").read_text().count('"query"') > 0
+        assert "squad_shifts/reddit_v1.0.json" not in _files(cache)  # held out: never copied
+        assert fetch_task("nq", cache, folder).read_bytes() == (FIXTURES / "nq.json").read_bytes()
+
+
+def test_a_folder_that_is_no_checkout_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(bigbench.ENV, raising=False)
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    empty = tmp_path / "somewhere"
+    (empty / "bigbench" / "benchmark_tasks").mkdir(parents=True)
+    argv = ["data", "squad", "--sdist", str(tmp_path), "--cache-dir", str(cache), "--output", str(out)]
+    assert main(argv) == 2
+    assert "is not a BIG-bench checkout" in _one_error_line(capsys.readouterr().err)
+    argv[3] = str(empty)
+    assert main(argv) == 2
+    assert "without bigbench/benchmark_tasks/squad_shifts/" in _one_error_line(capsys.readouterr().err)
+    assert _files(cache) == [] and _files(out) == []
