@@ -31,8 +31,8 @@ FILE = f"bigbench-{VERSION}.tar.gz"
 ENV = "PRUNER_BIGBENCH_SDIST"
 TASKS = f"bigbench-{VERSION}/bigbench/benchmark_tasks/"  # the task files' folder in the sdist
 REMEDY = (
-    f"give a copy of {FILE} (358 MB) with --sdist FILE or ${ENV}, put it at {{cached}}, or point pip "
-    "at an index that serves it (PIP_INDEX_URL)"
+    f"give a copy of {FILE} (358 MB), or a checkout of the BIG-bench repository, with --sdist PATH or "
+    f"${ENV}, put the sdist at {{cached}}, or point pip at an index that serves it (PIP_INDEX_URL)"
 )
 
 
