@@ -1,5 +1,7 @@
 """Tiny labeled records and training configs shared by the training tests."""
 
+import json
+
 from pruner_model.training.config import load_config
 
 SENTS = [
@@ -61,3 +63,16 @@ def write_data_files(folder):
     train_f.write_text("".join(json.dumps(r) + "\n" for r in recs))
     dev_f.write_text("".join(json.dumps(r) + "\n" for r in recs[:8]))
     return train_f, dev_f
+
+
+def labeled_documents(tmp_path, n_groups=40, documents=12):
+    """``(path, records)``: ``mine.jsonl`` of ``n_groups`` query groups about ``documents`` titled
+    documents, as `pruner adapt --labeled` reads them."""
+    recs = make_records(n_groups=n_groups, per_group=3)
+    for r in recs:
+        g = int(r["id"].split("/")[0][1:])
+        r["title"] = f"doc{g % documents}"
+        r["query"] = f"question {g} about doc{g % documents}?"
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path, recs

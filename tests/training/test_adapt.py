@@ -17,22 +17,11 @@ from pruner_model.training.adapt import (
 )
 
 from pruner_model.cli import main as cli_main
-from tests.training.helpers import make_records
-
-
-def _labeled(tmp_path, n_groups=40, documents=12):
-    recs = make_records(n_groups=n_groups, per_group=3)
-    for r in recs:
-        g = int(r["id"].split("/")[0][1:])
-        r["title"] = f"doc{g % documents}"
-        r["query"] = f"question {g} about doc{g % documents}?"
-    path = tmp_path / "mine.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    return path, recs
+from tests.training.helpers import labeled_documents, make_records
 
 
 def test_groups_of_one_document_land_in_one_split_the_same_every_time(tmp_path):
-    path, recs = _labeled(tmp_path)
+    path, recs = labeled_documents(tmp_path)
     settings = AdaptSettings(labeled=[str(path)], model="unused", output=str(tmp_path / "out"))
     counts = split_records(settings, tmp_path / "out")
     assert sum(c["groups"] for c in counts.values()) == 40
@@ -47,7 +36,7 @@ def test_groups_of_one_document_land_in_one_split_the_same_every_time(tmp_path):
 
 
 def test_a_split_without_an_answer_is_one_clear_error(tmp_path):
-    path, _ = _labeled(tmp_path, n_groups=2, documents=2)
+    path, _ = labeled_documents(tmp_path, n_groups=2, documents=2)
     settings = AdaptSettings(labeled=[str(path)], model="unused", output=str(tmp_path / "out"))
     with pytest.raises(ValueError, match="split has no question with an answer"):
         split_records(settings, tmp_path / "out")
@@ -80,7 +69,7 @@ def test_the_fine_tuning_config_replays_the_recipes_sources_by_weight(tmp_path):
 
 
 def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, capsys):
-    path, _ = _labeled(tmp_path)
+    path, _ = labeled_documents(tmp_path)
     out = tmp_path / "adapted"
     argv = [
         "adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--output", str(out),
@@ -115,7 +104,7 @@ def test_calibrating_on_both_puts_your_split_beside_the_checkpoints_own_slices(
     import pruner_model.evaluation.calibrate as calibration
 
     monkeypatch.setattr(calibration, "MIN_POINT_QUERIES", 1)  # tiny splits still name their own point
-    path, _ = _labeled(tmp_path)
+    path, _ = labeled_documents(tmp_path)
     general = make_records(n_groups=30, per_group=3)
     for r in general:
         r["source"] = "general"

@@ -13,7 +13,7 @@ from pruner_model.core.modeling import PrunerModel
 from pruner_model.training.interpolation import SHARES, Measured, choose_share, interpolated
 
 from pruner_model.cli import main as cli_main
-from tests.training.helpers import make_records
+from tests.training.helpers import labeled_documents, make_records
 
 
 def _weights(folder) -> dict[str, torch.Tensor]:
@@ -55,19 +55,8 @@ def test_the_share_gains_most_on_your_text_within_the_allowance():
         choose_share(rows[:2], 0.02)
 
 
-def _labeled(tmp_path, n_groups=40, documents=12):
-    recs = make_records(n_groups=n_groups, per_group=3)
-    for r in recs:
-        g = int(r["id"].split("/")[0][1:])
-        r["title"] = f"doc{g % documents}"
-        r["query"] = f"question {g} about doc{g % documents}?"
-    path = tmp_path / "mine.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    return path
-
-
 def test_adapt_publishes_the_chosen_blend_and_finishes_an_interrupted_one(tmp_path, tiny_checkpoint):
-    path = _labeled(tmp_path)
+    path, _ = labeled_documents(tmp_path)
     general = tmp_path / "general.jsonl"
     recs = make_records(n_groups=20, per_group=3)
     general.write_text("".join(json.dumps(r) + "\n" for r in recs))
@@ -114,7 +103,7 @@ def test_adapt_publishes_the_chosen_blend_and_finishes_an_interrupted_one(tmp_pa
 
 
 def test_without_general_text_or_with_none_the_weights_stay_as_trained(tmp_path, tiny_checkpoint, capsys):
-    path = _labeled(tmp_path)
+    path, _ = labeled_documents(tmp_path)
     base = [
         "adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--replay", "--epochs", "1",
         "--dtype", "fp32", "--until", "mix",
