@@ -3,16 +3,17 @@ fine-tuned weights and the rest of the starting ones, every parameter alike (WiS
 et al., 2022). Fine-tuning from one checkpoint keeps the two in one basin, so the blend is a
 working model between them: closer to the start, it forgets less of what the checkpoint knew;
 closer to the fine-tuned copy, it gains more on the new text. `pruner adapt`'s ``mix`` step
-measures both sides for each share of :data:`SHARES` and keeps the one that gains most on the
-user's text while losing at most an allowance on general text (:func:`choose_share`)."""
+measures both sides at the shares :func:`search_shares` visits and keeps the one that gains most
+on the user's text while losing at most an allowance on general text (:func:`choose_share`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-SHARES = (1.0, 0.75, 0.5, 0.25, 0.0)  # of the fine-tuned weights; 0.0: the checkpoint as it was
+SHARES = (0.0, 1.0, 0.5, 0.25, 0.75)  # every share search_shares may visit; 0.0: the checkpoint as it was
 
 
 def check_same_weights(start: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor]) -> None:
@@ -73,12 +74,40 @@ def choose_share(rows: list[Measured], allowance: float) -> tuple[float, str]:
     allowed = [r for r in rows if r.general is not None and start.general - r.general <= allowance + 1e-12]
     best = max(allowed, key=lambda r: (r.yours is not None, r.yours or 0.0, r.share))
     lost = start.general - best.general
-    change = f"loses {lost:.3f}" if lost > 0 else f"gains {-lost:.3f}"
+    change = (
+        f"loses {lost:.3f}"
+        if lost >= 0.0005
+        else f"gains {-lost:.3f}"
+        if lost <= -0.0005
+        else "loses nothing"
+    )
     return best.share, (
         f"the most compression on your calibration split ({_num(best.yours)}) among the shares that lose "
         f"at most {allowance:.3f} on general text (this one {change}: {best.general:.3f} against the "
         f"checkpoint's {start.general:.3f})"
     )
+
+
+def search_shares(measure: Callable[[float], Measured], allowance: float) -> list[Measured]:
+    """The shares worth measuring, measured: 0 (the checkpoint) and 1 (the fine-tuned weights); when
+    1 loses more than ``allowance`` on general text, two halvings between the largest share known
+    to hold and the smallest known not to (0.5, then 0.75 or 0.25). Forgetting shrinks as the share
+    does, so the largest share that holds is found to a quarter in at most four measurements (two
+    when the fine-tuned weights already hold)."""
+    start, tuned = measure(0.0), measure(1.0)
+    rows = [start, tuned]
+
+    def holds(r: Measured) -> bool:
+        return r.general is not None and start.general - r.general <= allowance + 1e-12
+
+    if start.general is None or holds(tuned):
+        return rows
+    low, high = 0.0, 1.0
+    for _ in range(2):
+        r = measure((low + high) / 2)
+        rows.append(r)
+        low, high = (r.share, high) if holds(r) else (low, r.share)
+    return rows
 
 
 def _num(x: float | None) -> str:

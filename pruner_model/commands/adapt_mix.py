@@ -30,12 +30,13 @@ def general_selection(settings) -> tuple[str, list[dict]] | None:
 
 
 def mix_step(settings, out: Path, args) -> dict:
-    """Measure each share of :data:`SHARES`, choose one, write the blend to ``out/model`` (the
-    fine-tuned weights moved to ``out/model.trained``), and return what was measured."""
+    """Measure the shares :func:`search_shares` visits, choose one, write the blend to
+    ``out/model`` (the fine-tuned weights moved to ``out/model.trained``), and return what was
+    measured."""
     from pruner_model.commands.common import load_pruner
     from pruner_model.core.modeling import PrunerModel
     from pruner_model.core.records import read_jsonl
-    from pruner_model.training.interpolation import SHARES, Measured, choose_share, interpolated
+    from pruner_model.training.interpolation import Measured, choose_share, interpolated, search_shares
 
     if settings.forget_allowance is None:
         return {"share": 1.0, "reason": "--forget-allowance none: the fine-tuned weights as trained"}
@@ -55,12 +56,14 @@ def mix_step(settings, out: Path, args) -> dict:
     model = pruner.backend.model
     tuned = {k: v.detach().clone() for k, v in model.state_dict().items()}
     start = PrunerModel.from_pretrained(settings.model).state_dict()
-    rows = []
-    for share in SHARES:
+
+    def measure(share: float) -> Measured:
         model.load_state_dict(interpolated(start, tuned, share))
         say("mix", f"share {share:g} of the fine-tuned weights: your calibration split, then general text")
         mine = points(pruner, yours, {}, settings.target)
-        rows.append(Measured(share, mine["swept"], points(pruner, general_recs, {}, mine["target"])["swept"]))
+        return Measured(share, mine["swept"], points(pruner, general_recs, {}, mine["target"])["swept"])
+
+    rows = search_shares(measure, settings.forget_allowance)
     share, reason = choose_share(rows, settings.forget_allowance)
     if share != 1.0 or tuned_dir != out / "model":
         _publish(tuned_dir, out, interpolated(start, tuned, share))
@@ -105,7 +108,8 @@ def mix_markdown(mix: dict) -> list[str]:
         "| share of fine-tuned weights | your calibration split | general text |",
         "|---|---|---|",
     ]
-    lines += [f"| {r['share']:g} | {_num(r['yours'])} | {_num(r['general'])} |" for r in mix["rows"]]
+    rows = sorted(mix["rows"], key=lambda r: -r["share"])
+    lines += [f"| {r['share']:g} | {_num(r['yours'])} | {_num(r['general'])} |" for r in rows]
     return [*lines, ""]
 
 

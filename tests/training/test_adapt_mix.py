@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 from pruner_model.core.modeling import PrunerModel
-from pruner_model.training.interpolation import SHARES, Measured, choose_share, interpolated
+from pruner_model.training.interpolation import SHARES, Measured, choose_share, interpolated, search_shares
 
 from pruner_model.cli import main as cli_main
 from tests.training.helpers import labeled_documents, make_records
@@ -55,6 +55,27 @@ def test_the_share_gains_most_on_your_text_within_the_allowance():
         choose_share(rows[:2], 0.02)
 
 
+def test_the_search_halves_towards_the_largest_share_that_holds():
+    visited = []
+
+    def measure(share):  # forgetting grows with the share, as does the gain on your text
+        visited.append(share)
+        return Measured(share, 0.55 + 0.15 * share, 0.856 - 0.06 * share)
+
+    for allowance, path, chosen in (
+        (0.1, [0.0, 1.0], 1.0),  # the fine-tuned weights hold: two measurements
+        (0.02, [0.0, 1.0, 0.5, 0.25], 0.25),
+        (0.035, [0.0, 1.0, 0.5, 0.75], 0.5),
+        (0.0, [0.0, 1.0, 0.5, 0.25], 0.0),
+    ):
+        visited.clear()
+        rows = search_shares(measure, allowance)
+        assert visited == path and [r.share for r in rows] == path
+        assert choose_share(rows, allowance)[0] == chosen
+    visited.clear()
+    assert [r.share for r in search_shares(lambda s: Measured(s, 0.5, None), 0.02)] == [0.0, 1.0]
+
+
 def test_adapt_publishes_the_chosen_blend_and_finishes_an_interrupted_one(tmp_path, tiny_checkpoint):
     path, _ = labeled_documents(tmp_path)
     general = tmp_path / "general.jsonl"
@@ -70,7 +91,9 @@ def test_adapt_publishes_the_chosen_blend_and_finishes_an_interrupted_one(tmp_pa
     ]  # fmt: skip
     assert cli_main(argv) == 0
     mix = json.loads((out / "adapt.json").read_text())["mix"]
-    assert [r["share"] for r in mix["rows"]] == list(SHARES) and mix["share"] in SHARES
+    shares = [r["share"] for r in mix["rows"]]
+    assert shares[:2] == [0.0, 1.0] and len(shares) in (2, 4) and set(shares) <= set(SHARES)
+    assert mix["share"] in shares
     assert mix["general"] == {"file": str(general), "groups": 8}  # groups 8-15: the report uses 0-7
     start_general = mix["rows"][-1]["general"]
     chosen = next(r for r in mix["rows"] if r["share"] == mix["share"])
