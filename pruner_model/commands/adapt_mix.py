@@ -100,9 +100,16 @@ def mix_markdown(mix: dict) -> list[str]:
     if not mix.get("rows"):
         return [f"Weights: the fine-tuned ones as trained ({mix['reason']}).", ""]
     g = mix["general"]
+    share = mix["share"]
+    weights = (
+        "the fine-tuned ones as trained"
+        if share == 1.0
+        else "the checkpoint's as they were"
+        if share == 0.0
+        else f"{share:g} of the fine-tuned ones and {1 - share:g} of the checkpoint's"
+    )
     lines = [
-        f"Weights: {mix['share']:g} of the fine-tuned ones and {1 - mix['share']:g} of the checkpoint's, "
-        f"chosen as {mix['reason']}. Compression at the promise, threshold swept, on your calibration "
+        f"Weights: {weights}, chosen as {mix['reason']}. Compression at the promise, threshold swept, on your calibration "
         f"split and on {g['groups']} groups of {g['file']} that the report below does not use:",
         "",
         "| share of fine-tuned weights | your calibration split | general text |",

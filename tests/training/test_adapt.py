@@ -87,6 +87,8 @@ def test_adapt_runs_every_step_reports_and_resumes(tmp_path, tiny_checkpoint, ca
     assert config["threshold"] == pytest.approx(state["calibrate"]["threshold"])
     report = (out / "report.md").read_text()
     assert "adapted, calibrated on your calibration split" in report
+    mix = state["mix"]  # the blend's share, chosen on --general-dev's groups 8-15 and shown
+    assert mix["general"]["groups"] == 8 and f"| {mix['share']:g} | " in report and "Weights: " in report
     kept, compression = state["report"]["general"]["defaults"]["adapted"]
     assert 0 <= kept <= 1 and 0 <= compression <= 1
     assert f"adapted {kept:.3f} / {compression:.3f}" in report  # the promise on general text, shown
