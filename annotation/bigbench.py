@@ -7,8 +7,8 @@ The sdist is found, in order: ``sdist=`` (``pruner data squad|mix --sdist FILE``
 unpacked sdist: its ``bigbench/benchmark_tasks/`` files are read as they are), then
 ``<cache>/downloads/bigbench-1.0.0.tar.gz``; only when none is there is it downloaded with ``pip
 download`` (which follows pip's own index settings, so a mirror named by ``PIP_INDEX_URL`` serves
-it too). A download goes to a temporary folder and is
-moved into the cache whole, so an interrupted one leaves nothing behind.
+it too). A download goes to a temporary folder and is moved into the cache whole, so an
+interrupted one leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def extract(members: dict[str, Path], cache_dir: Path | None = None, sdist: str 
         _write_whole(members, data)
         return
     fix = (
-        " (delete it and run again, or give a copy with --sdist FILE)"
+        " (delete it and run again, or give a copy with --sdist PATH)"
         if path == cached_sdist(cache_dir)
         else ""
     )

@@ -7,8 +7,9 @@ sometimes right. Groups are written twice: as labeled records (the training unit
 grouped form ``{id, query, passages}`` that ``pruner annotate`` labels, for comparison with gold.
 
 The SQuAD v1.1 dev set and SQuADShifts come from the ``bigbench==1.0.0`` sdist on PyPI,
-downloaded once with pip and cached, or from a copy of it (:mod:`.bigbench`). The SQuADShifts ``reddit`` and ``amazon`` sets are reserved
-for an outside held-out evaluation and are refused here.
+downloaded once with pip and cached, or from a copy of it (:mod:`.bigbench`). The SQuADShifts
+``reddit`` and ``amazon`` sets are reserved for an outside held-out evaluation and are refused
+here.
 """
 
 from __future__ import annotations
