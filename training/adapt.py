@@ -80,6 +80,12 @@ class AdaptSettings:
         for f in [] if self.corpus else self.labeled:
             if not Path(f).is_file():
                 raise ValueError(f"{f}: no such labeled records file")
+        if (
+            self.general_dev is not None and not Path(self.general_dev).is_file()
+        ):  # before training, not after
+            raise ValueError(f"--general-dev {self.general_dev}: no such labeled records file")
+        if self.general_groups < 1:
+            raise ValueError(f"--general-groups must be >= 1, got {self.general_groups}")
 
 
 def document_of(records: list[dict]) -> str:

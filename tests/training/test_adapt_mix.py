@@ -180,3 +180,13 @@ def test_a_blend_is_published_whole_beside_the_fine_tuned_weights(tmp_path, tiny
         "What is the capital?", passages
     )
     assert 0 <= result.stats.compression <= 1
+
+
+def test_a_missing_general_file_is_refused_before_training(tmp_path, tiny_checkpoint, capsys):
+    path, _ = labeled_documents(tmp_path)
+    out = tmp_path / "o"
+    argv = ["adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--output", str(out)]
+    assert cli_main([*argv, "--general-dev", str(tmp_path / "gone.jsonl")]) == 2
+    assert "--general-dev" in capsys.readouterr().err and not (out / "model").exists()
+    assert cli_main([*argv, "--general-dev", str(path), "--general-groups", "0"]) == 2
+    assert "--general-groups must be >= 1" in capsys.readouterr().err
