@@ -2,7 +2,7 @@
 (a copy the user names, the cache, or pip), the check that it is one, and extraction of the
 task files that may be read.
 
-The sdist is found, in order: ``sdist=`` (``pruner data squad|mix --sdist FILE``), then
+The sdist is found, in order: ``sdist=`` (``pruner data squad|mix --sdist PATH``), then
 ``$PRUNER_BIGBENCH_SDIST`` (either may also name a checkout of the BIG-bench repository, or an
 unpacked sdist: its ``bigbench/benchmark_tasks/`` files are read as they are), then
 ``<cache>/downloads/bigbench-1.0.0.tar.gz``; only when none is there is it downloaded with ``pip
