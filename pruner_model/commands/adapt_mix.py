@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 from pruner_model.commands.adapt_report import general_records, points, say
+from pruner_model.evaluation.groups import group_of
 from pruner_model.training.adapt import _base_train_config
 
 TRAINED = "model.trained"  # the fine-tuned weights as trained, kept beside a blend
@@ -66,27 +68,25 @@ def mix_step(settings, out: Path, args) -> dict:
     rows = search_shares(measure, settings.forget_allowance)
     share, reason = choose_share(rows, settings.forget_allowance)
     if share != 1.0 or tuned_dir != out / "model":
-        _publish(tuned_dir, out, interpolated(start, tuned, share))
+        model.load_state_dict(interpolated(start, tuned, share))
+        _publish(model, tuned_dir, out)
     say("mix", f"share {share:g} of the fine-tuned weights: {reason}")
     return {
         "share": share,
         "reason": reason,
         "allowance": settings.forget_allowance,
-        "general": {"file": general_file, "groups": len({r["id"].split("/")[0] for r in general_recs})},
-        "rows": [{"share": r.share, "yours": r.yours, "general": r.general} for r in rows],
+        "general": {"file": general_file, "groups": len({group_of(r) for r in general_recs})},
+        "rows": [asdict(r) for r in rows],
     }
 
 
-def _publish(tuned_dir: Path, out: Path, weights: dict) -> None:
-    """``weights`` into ``out/model`` whole: written beside it, then swapped in, the fine-tuned
-    weights kept at ``out/model.trained``."""
-    from pruner_model.core.modeling import PrunerModel
-
+def _publish(model, tuned_dir: Path, out: Path) -> None:
+    """``model`` (holding the chosen weights) into ``out/model`` whole: written beside it with
+    ``tuned_dir``'s tokenizer files, then swapped in, the fine-tuned weights kept at
+    ``out/model.trained``."""
     staging = out / "model.mixing"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(tuned_dir, staging)
-    model = PrunerModel.from_pretrained(str(tuned_dir))
-    model.load_state_dict(weights)
     model.save_pretrained(str(staging))
     if tuned_dir == out / "model":
         os.replace(out / "model", out / TRAINED)

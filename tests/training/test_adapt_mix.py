@@ -165,7 +165,8 @@ def test_a_blend_is_published_whole_beside_the_fine_tuned_weights(tmp_path, tiny
             p.add_(0.05 * torch.randn_like(p))
     model.save_pretrained(str(out / "model"))  # stands in for the fine-tuned weights
     start, tuned = _weights(tiny_checkpoint), _weights(out / "model")
-    _publish(out / "model", out, interpolated(start, tuned, 0.5))
+    model.load_state_dict(interpolated(start, tuned, 0.5))
+    _publish(model, out / "model", out)
     assert sorted(p.name for p in (out / "model").iterdir()) == sorted(
         p.name for p in tiny_checkpoint.iterdir()
     )
