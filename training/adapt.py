@@ -18,11 +18,17 @@ in resumable steps under one output folder:
    the checkpoint recalibrated on the calibration split alone, and the adapted model; with
    ``general_dev``, compression at the promise on general text before and after (what it forgot).
 
+Without a checkpoint (``model=None``) it starts from the bundled encoder with new heads: the
+training recipe is :data:`ENCODER_RECIPE` (the quickstart's), nothing is replayed or blended, the
+calibration is that recipe's (relative floor, relevance exponent, shifted copies) on the user's
+calibration split alone, and the report measures the trained model.
+
 Each step writes its result into ``adapt.json``; a step whose result is there is not run again.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -36,12 +42,50 @@ from pruner_model.evaluation.groups import group_of
 SPLITS = ("train", "calibration", "report")
 USER = "user"  # the source name the user's records train under
 CALIBRATE_ON = ("both", "yours")
+ENCODER = "the bundled encoder"  # what a run without a checkpoint starts from, as reports name it
+
+# The recipe of a run without a checkpoint: configs/quickstart.yaml's model, train and calibration
+# sections (a test holds them equal), its data sections replaced by the user's splits.
+ENCODER_RECIPE = {
+    "model": {
+        "backbone": None,
+        "max_length": 256,
+        "stride": 64,
+        "max_query_length": 48,
+        "relevance_loss_weight": 1.0,
+        "sentence_loss_weight": 0.5,
+        "relevance_distill_weight": 1.0,
+    },
+    "train": {
+        "epochs": 1,
+        "batch_size": 16,
+        "lr": 8.0e-5,
+        "head_lr": 1.0e-3,
+        "warmup_ratio": 0.06,
+        "scheduler": "linear",
+        "mixed_precision": "auto",
+        "eval_every": 0,
+        "save_every": 100,
+        "best_metric": "compression_at_target",
+        "group_batches": True,
+    },
+    "calibration": {
+        "target_evidence": 0.95,
+        "relative_floors": [0.01, 0.02, 0.05, 0.1, 0.2],
+        "relevance_exponents": [0.25, 0.5, 1.0],
+        "choose_by": "curve",
+        "folds": 5,
+        "shifts": ["noisy", "mined", "low_overlap", "low_overlap+noisy"],
+        "shift_groups": 300,
+        "bf16": "auto",
+    },
+}
 
 
 @dataclass
 class AdaptSettings:
     labeled: list[str]
-    model: str
+    model: str | None  # the checkpoint to adapt; None: the bundled encoder with new heads
     output: str
     shares: tuple[float, float, float] = (0.6, 0.2, 0.2)
     replay_share: float = 0.3  # of the training groups, drawn from the checkpoint's own training data
@@ -157,7 +201,11 @@ def split_records(settings: AdaptSettings, out: Path) -> dict:
     return {s: {**c, "documents": len(c["documents"])} for s, c in counts.items()}
 
 
-def _base_train_config(model: str) -> dict:
+def _base_train_config(model: str | None) -> dict:
+    """The recipe a run starts from: the checkpoint's ``train_config.yaml`` (``{}`` without one),
+    or :data:`ENCODER_RECIPE` without a checkpoint."""
+    if model is None:
+        return copy.deepcopy(ENCODER_RECIPE)
     path = Path(model) / "train_config.yaml"
     if not path.is_file():
         return {}
@@ -197,7 +245,8 @@ def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> di
         total = sum(known.values())
         mix.update({s: share * w / total for s, w in known.items()})
     model = {k: v for k, v in (base.get("model") or {}).items() if v is not None}
-    model.update(backbone=None, init_from=str(settings.model))
+    if settings.model is not None:  # else new heads on the recipe's backbone (--set model.backbone=DIR)
+        model.update(backbone=None, init_from=str(settings.model))
     train = {k: v for k, v in (base.get("train") or {}).items() if v is not None}
     train.update(epochs=settings.epochs, max_steps=None, eval_every=0, seed=settings.seed)
     return {
@@ -224,7 +273,10 @@ def general_calibration_config(settings: AdaptSettings, out: Path) -> dict | Non
     (its ``train_config.yaml``: dev groups, their shifted copies, calibration sources, rule) with
     the user's calibration split as one more source (``user``), so that the default keeps the
     promise on the user's text and on what the checkpoint was calibrated on. None when the
-    checkpoint has no such recipe, it calibrated nothing, or its files are not on this machine."""
+    checkpoint has no such recipe, it calibrated nothing, or its files are not on this machine.
+    Without a checkpoint: :func:`encoder_calibration_config`."""
+    if settings.model is None:
+        return encoder_calibration_config(settings, out)
     base = _base_train_config(settings.model)
     data, section = base.get("data") or {}, base.get("calibration") or {}
     dev, sources = data.get("dev") or [], data.get("calibration_sources") or []
@@ -245,6 +297,22 @@ def general_calibration_config(settings: AdaptSettings, out: Path) -> dict | Non
     cfg["data"].update({k: data[k] for k in keep if k in data})
     cfg["data"]["calibration_sources"] = [*sources, str(out / "data" / "calibration.jsonl")]
     cfg["calibration"] = {**section, "enabled": True}
+    if settings.target is not None:
+        cfg["calibration"]["target_evidence"] = settings.target
+    return cfg
+
+
+def encoder_calibration_config(settings: AdaptSettings, out: Path) -> dict:
+    """The calibration config of a run without a checkpoint: :data:`ENCODER_RECIPE`'s calibration
+    (relative floor and relevance exponent chosen, the threshold held on shifted copies) on every
+    group of the user's calibration split, nothing else beside it."""
+    cfg = training_config(replace(settings, replay=[]), out, 1)  # its model and train sections
+    cfg["data"].update(
+        dev=[str(out / "data" / "calibration.jsonl")],
+        calibration_dev_groups=None,  # every group of the split
+        report_dev_groups=0,  # the report step measures the report split
+    )
+    cfg["calibration"] = {**ENCODER_RECIPE["calibration"], "enabled": True}
     if settings.target is not None:
         cfg["calibration"]["target_evidence"] = settings.target
     return cfg

@@ -1,7 +1,8 @@
 """`pruner adapt`: a checkpoint adapted to your own text in one command, resumable step by step:
 from labeled records (``--labeled``: split by document, fine-tune with replay, calibrate, report,
 :mod:`pruner_model.training.adapt`), or from a folder of documents (``--corpus``: chunks, written
-questions, mined groups and LLM labels first, :mod:`pruner_model.commands.adapt_corpus`)."""
+questions, mined groups and LLM labels first, :mod:`pruner_model.commands.adapt_corpus`). Without
+``--model``, new heads on the bundled encoder are trained on the user's text alone."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pruner_model.commands.common import (
     existing_model_dir,
     load_pruner,
 )
-from pruner_model.training.adapt import CALIBRATE_ON, USER
+from pruner_model.training.adapt import CALIBRATE_ON, ENCODER, USER
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,12 +37,20 @@ def _parser() -> argparse.ArgumentParser:
         "train / calibration / report, the checkpoint is fine-tuned on the train split with a share of "
         "its own training data replayed, its threshold calibrated on the calibration split, and the "
         "report split measures the checkpoint's default, the checkpoint recalibrated alone, and the "
-        "adapted model. --corpus instead: documents chunked, questions written and groups labeled by an "
+        "adapted model. Without --model, new heads on the bundled encoder are trained on your train split "
+        "alone and calibrated on your calibration split. --corpus instead: documents chunked, questions "
+        "written and groups labeled by an "
         "LLM first. Writes OUTPUT/model (the adapted checkpoint), OUTPUT/report.md and OUTPUT/adapt.json; "
         "run it again to resume after an interruption.",
     )
     _add_inputs(p)
-    p.add_argument("--model", required=True, help="the checkpoint to start from, e.g. runs/quickstart")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the checkpoint to start from, e.g. runs/quickstart (default: none: the bundled encoder "
+        "with new heads, trained on your train split alone with the quickstart's recipe and calibrated "
+        "on your calibration split; --set model.backbone=DIR for another encoder folder)",
+    )
     p.add_argument("--output", required=True, help="folder for the splits, the adapted model and the report")
     p.add_argument(
         "--split",
@@ -156,7 +165,7 @@ def _settings(args):
         shares = tuple(float(x) for x in args.split.split(","))
     except ValueError:
         raise ValueError(f"--split must be three numbers, got {args.split!r}") from None
-    if args.corpus is not None and not Path(args.model).is_dir():
+    if args.corpus is not None and args.model is not None and not Path(args.model).is_dir():
         raise ValueError(
             f"--model {args.model!r} is not a checkpoint folder: --model names the checkpoint to adapt "
             "(e.g. runs/quickstart), --llm-model the LLM that writes questions and labels"
@@ -166,7 +175,7 @@ def _settings(args):
     settings = AdaptSettings(
         labeled=labeled,
         corpus=corpus,
-        model=str(existing_model_dir(args.model)),
+        model=None if args.model is None else str(existing_model_dir(args.model)),
         output=args.output,
         shares=shares,
         replay_share=args.replay_share,
@@ -252,7 +261,8 @@ def _train(settings, out: Path, train_groups: int) -> dict:
     cfg = load_config(config_path, settings.overrides)
     run = out / "model"
     resume = (Path(str(run) + ".trainer") / "last").exists()
-    _say("train", f"fine-tuning {settings.model} ({'resumed' if resume else 'config ' + str(config_path)})")
+    what = f"fine-tuning {settings.model}" if settings.model else f"training new heads on {ENCODER}"
+    _say("train", f"{what} ({'resumed' if resume else 'config ' + str(config_path)})")
     t0 = time.perf_counter()
     metrics = train(cfg, str(run), resume=resume)
     if metrics.get("interrupted"):
@@ -263,6 +273,8 @@ def _train(settings, out: Path, train_groups: int) -> dict:
 def _mix(settings, out: Path, args, state) -> dict:
     if state.calibrate is not None:  # calibrated already: blending now would void its threshold
         return {"share": 1.0, "reason": "this adaptation was calibrated without a mix step"}
+    if settings.model is None:
+        return {"share": 1.0, "reason": f"started from {ENCODER}: no checkpoint to blend with"}
     return mix_step(settings, out, args)
 
 
@@ -312,10 +324,9 @@ def _calibrate_with_general(settings, out: Path) -> dict | None:
     path = out / "calibrate_config.yaml"
     path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
     cfg = load_config(path, settings.overrides)
-    _say(
-        "calibrate",
-        f"on your calibration split beside {', '.join(cfg.data.dev + cfg.data.calibration_sources[:-1])}",
-    )
+    alone = settings.model is None  # no checkpoint, no slices of its own: your split and its shifted copies
+    beside = "its shifted copies" if alone else ", ".join(cfg.data.dev + cfg.data.calibration_sources[:-1])
+    _say("calibrate", f"on your calibration split beside {beside}")
     model = PrunerModel.from_pretrained(str(out / "model")).eval()
     dev, _ = read_records(cfg.data.dev, None, cfg.data.dedup, cfg.data.seed)
     metrics = calibrate(model, AutoTokenizer.from_pretrained(str(out / "model")), cfg, dev)
@@ -330,7 +341,7 @@ def _calibrate_with_general(settings, out: Path) -> dict | None:
         + (f'; your split\'s own point "{USER}"' if USER in (c.operating_points or {}) else ""),
     )
     return {
-        "on": "both",
+        "on": "recipe" if alone else "both",
         "threshold": c.threshold,
         "target": c.target_evidence,
         "per_request": c.threshold_model is not None,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pruner_model.commands.adapt_corpus import corpus_markdown
 from pruner_model.commands.common import load_pruner
-from pruner_model.training.adapt import USER
+from pruner_model.training.adapt import ENCODER, USER
 
 
 def say(step: str, text: str) -> None:
@@ -24,37 +24,40 @@ def report_step(settings, out: Path, args, state) -> dict:
 
     cal = read_jsonl(out / "data" / "calibration.jsonl")
     report = read_jsonl(out / "data" / "report.jsonl")
-    base = load_pruner(Path(settings.model), args, say=False)
-    recal = measure(base, cal, settings.target, settings.confidence, None, settings.seed)["threshold"]
-    base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
+    rows, swept = {}, {"checkpoint": None}
+    base = None if settings.model is None else load_pruner(Path(settings.model), args, say=False)
+    if base is not None:
+        recal = measure(base, cal, settings.target, settings.confidence, None, settings.seed)["threshold"]
+        base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
+        rows["checkpoint's default"] = base_on_report["default"]
+        rows["checkpoint recalibrated on your calibration split"] = base_on_report["recalibrated"]
+        swept["checkpoint"] = base_on_report["swept"]
     adapted = load_pruner(out / "model", args, say=False)
     on = (state.calibrate or {}).get("on", "yours")
     # calibrated on both, your split also got a named point of its own: text that is all yours
     own = (adapted.config.operating_points or {}).get(USER) if on == "both" else None
     adapted_on_report = points(adapted, report, {USER: own} if own else {}, settings.target)
-    rows = {
-        "checkpoint's default": base_on_report["default"],
-        "checkpoint recalibrated on your calibration split": base_on_report["recalibrated"],
-        _ADAPTED_ROW[on]: adapted_on_report["default"],
-    }
+    rows[_ADAPTED_ROW[on]] = adapted_on_report["default"]
+    swept["adapted"] = adapted_on_report["swept"]
     if own:
         rows[f'adapted, at its "{USER}" operating point (your text alone)'] = adapted_on_report[USER]
     result = {
-        "report_groups": base_on_report["groups"],
-        "target": base_on_report["target"],
+        "report_groups": adapted_on_report["groups"],
+        "target": adapted_on_report["target"],
         "rows": rows,
-        "at_target_swept": {"checkpoint": base_on_report["swept"], "adapted": adapted_on_report["swept"]},
+        "at_target_swept": swept,
     }
     if settings.general_dev:
         general = general_records(settings.general_dev, settings.general_groups)
-        before, after = (points(m, general, {}, settings.target) for m in (base, adapted))
+        after = points(adapted, general, {}, settings.target)
+        before = None if base is None else points(base, general, {}, settings.target)
         result["general"] = {
             "file": settings.general_dev,
-            "checkpoint": before["swept"],
+            "checkpoint": None if before is None else before["swept"],
             "adapted": after["swept"],
             # the adapted default is calibrated on your text: does it keep the promise here too?
             "defaults": {
-                "checkpoint": _kept_and_compression(before),
+                "checkpoint": None if before is None else _kept_and_compression(before),
                 "adapted": _kept_and_compression(after),
             },
         }
@@ -71,6 +74,7 @@ def report_step(settings, out: Path, args, state) -> dict:
 _ADAPTED_ROW = {
     "yours": "adapted, calibrated on your calibration split",
     "both": "adapted, calibrated on your calibration split and the checkpoint's own",
+    "recipe": "trained on your train split, calibrated on your calibration split and its shifted copies",
 }
 
 
@@ -125,7 +129,7 @@ def report_markdown(state) -> str:
 
     r = state.report
     lines = [
-        f"# Adaptation report: {state.settings['model']} on {', '.join(state.settings['labeled'])}",
+        f"# Adaptation report: {state.settings['model'] or ENCODER} on {', '.join(state.settings['labeled'])}",
         "",
         "| split | groups | documents | with an answer |",
         "|---|---|---|---|",
@@ -133,7 +137,8 @@ def report_markdown(state) -> str:
         "",
         *(corpus_markdown(state.corpus) if state.corpus else []),
         *(mix_markdown(state.mix) if state.mix else []),
-        f"Fine-tuning: {state.train['seconds'] / 60:.1f} minutes. On the report split ({r['report_groups']} "
+        f"{'Fine-tuning' if state.settings['model'] else 'Training'}: {state.train['seconds'] / 60:.1f} "
+        f"minutes. On the report split ({r['report_groups']} "
         f"groups, never trained or calibrated on), target {r['target']}:",
         "",
         "| model | answers kept [95% CI] | compression |",
@@ -147,27 +152,42 @@ def report_markdown(state) -> str:
     lines += [
         "",
         f"Compression at {r['target']} kept with the threshold swept on the report split (what the scores "
-        f"allow): checkpoint {_num(swept['checkpoint'])}, adapted {_num(swept['adapted'])}.",
+        f"allow): {_pair(swept)}.",
     ]
     if r.get("general"):
         g = r["general"]
         lines.append(
-            f"On general text ({g['file']}), the same: checkpoint {_num(g['checkpoint'])}, adapted "
-            f"{_num(g['adapted'])} (a fall here is what the adaptation forgot)."
+            f"On general text ({g['file']}), the same: {_pair(g)}"
+            + (" (a fall here is what the adaptation forgot)." if g["checkpoint"] is not None else ".")
         )
         if g.get("defaults"):  # absent from adapt.json files written without the defaults line
-            (kb, cb), (ka, ca) = g["defaults"]["checkpoint"], g["defaults"]["adapted"]
+            kept = {k: v for k, v in g["defaults"].items() if v is not None}
             lines.append(
-                f"There, at each model's default: checkpoint kept {kb:.3f} / compression {cb:.3f}, adapted "
-                f"{ka:.3f} / {ca:.3f}"
-                + (
-                    " (calibrated on both: the promise holds here too)."
-                    if (state.calibrate or {}).get("on") == "both"
-                    else " (the adapted threshold is calibrated on your text: if you also serve text like "
-                    "this, check that its answers are still kept, or adapt with --calibrate-on both)."
+                "There, at each model's default: "
+                + ", ".join(
+                    f"{k} kept {v[0]:.3f} / compression {v[1]:.3f}"
+                    if i == 0
+                    else f"{k} {v[0]:.3f} / {v[1]:.3f}"
+                    for i, (k, v) in enumerate(kept.items())
                 )
+                + _GENERAL_NOTE[(state.calibrate or {}).get("on", "yours")]
             )
     return "\n".join(lines) + "\n"
+
+
+_GENERAL_NOTE = {  # after the general-text defaults line, by what the default was calibrated on
+    "both": " (calibrated on both: the promise holds here too).",
+    "yours": " (the adapted threshold is calibrated on your text: if you also serve text like this, check "
+    "that its answers are still kept, or adapt with --calibrate-on both).",
+    "recipe": " (trained and calibrated on your text alone: if you also serve text like this, check that "
+    "its answers are still kept).",
+}
+
+
+def _pair(measured: dict) -> str:
+    """``checkpoint X, adapted Y`` (``adapted Y`` alone without a checkpoint)."""
+    before = [] if measured["checkpoint"] is None else [f"checkpoint {_num(measured['checkpoint'])}"]
+    return ", ".join([*before, f"adapted {_num(measured['adapted'])}"])
 
 
 def _num(x) -> str:
