@@ -98,7 +98,7 @@ def _publish(model, tuned_dir: Path, out: Path) -> None:
 def mix_markdown(mix: dict) -> list[str]:
     """The mix step's lines of ``report.md``."""
     if not mix.get("rows"):
-        return [f"Weights: the fine-tuned ones as trained ({mix['reason']}).", ""]
+        return [f"Weights: as trained ({mix['reason']}).", ""]
     g = mix["general"]
     share = mix["share"]
     weights = (
