@@ -184,10 +184,14 @@ _GENERAL_NOTE = {  # after the general-text defaults line, by what the default w
 }
 
 
+_MODEL = {"adapted": "trained model", "checkpoint": "checkpoint"}  # a row's name where it stands alone
+
+
 def _pair(measured: dict) -> str:
-    """``checkpoint X, adapted Y`` (``adapted Y`` alone without a checkpoint)."""
-    before = [] if measured["checkpoint"] is None else [f"checkpoint {_num(measured['checkpoint'])}"]
-    return ", ".join([*before, f"adapted {_num(measured['adapted'])}"])
+    """``checkpoint X, adapted Y`` (``trained model Y`` alone without a checkpoint)."""
+    if measured["checkpoint"] is None:
+        return f"trained model {_num(measured['adapted'])}"
+    return f"checkpoint {_num(measured['checkpoint'])}, adapted {_num(measured['adapted'])}"
 
 
 def _num(x) -> str:

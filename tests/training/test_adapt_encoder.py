@@ -79,7 +79,8 @@ def test_adapt_without_a_checkpoint_trains_calibrates_and_reports_the_model(tmp_
     assert report.startswith("# Adaptation report: the bundled encoder on ")
     assert "checkpoint" not in report.split("| model |")[1]  # no checkpoint rows or numbers below
     kept, compression = state["report"]["general"]["defaults"]["adapted"]
-    assert f"adapted kept {kept:.3f} / compression {compression:.3f}" in report
+    assert f"trained model kept {kept:.3f} / compression {compression:.3f}" in report
+    assert "what the scores allow): trained model " in report
     weights = (out / "model" / "model.safetensors").stat().st_mtime_ns
     assert cli_main(argv) == 0  # everything done: nothing is trained again
     assert (out / "model" / "model.safetensors").stat().st_mtime_ns == weights
