@@ -163,9 +163,9 @@ def report_markdown(state) -> str:
         if g.get("defaults"):  # absent from adapt.json files written without the defaults line
             kept = {k: v for k, v in g["defaults"].items() if v is not None}
             lines.append(
-                "There, at each model's default: "
+                ("There, at each model's default: " if len(kept) > 1 else "There, at its default: ")
                 + ", ".join(
-                    f"{k} kept {v[0]:.3f} / compression {v[1]:.3f}"
+                    f"{_MODEL[k] if len(kept) == 1 else k} kept {v[0]:.3f} / compression {v[1]:.3f}"
                     if i == 0
                     else f"{k} {v[0]:.3f} / {v[1]:.3f}"
                     for i, (k, v) in enumerate(kept.items())
