@@ -35,6 +35,11 @@ REMEDY = (
     f"${ENV}, put the sdist at {{cached}}, or point pip at an index that serves it (PIP_INDEX_URL)"
 )
 
+WITHOUT = (  # what a user can do with no copy at all
+    "; without the corpus, `pruner adapt --labeled FILE --output DIR` trains a pruner on labeled records "
+    "of your own text"
+)
+
 
 class SdistError(RuntimeError):
     """The sdist cannot be had or is not a readable ``bigbench`` 1.0.0 sdist (one line)."""
@@ -77,7 +82,7 @@ def download_sdist(target: Path) -> Path:
         if proc.returncode != 0 or not got.is_file():
             last = (proc.stderr.strip().splitlines() or ["pip wrote no file"])[-1].removeprefix("ERROR: ")
             raise SdistError(
-                f"could not download bigbench=={VERSION} ({last}): " + REMEDY.format(cached=target)
+                f"could not download bigbench=={VERSION} ({last}): " + REMEDY.format(cached=target) + WITHOUT
             )
         os.replace(got, target)
     return target

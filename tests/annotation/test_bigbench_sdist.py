@@ -145,7 +145,13 @@ def test_a_failed_download_says_how_to_give_a_copy_and_leaves_no_part(tmp_path, 
     assert main(["data", "squad", "--cache-dir", str(cache), "--output", str(tmp_path / "out")]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "could not download bigbench==1.0.0" in line and "No matching distribution" in line
-    assert "--sdist PATH" in line and "checkout" in line and bigbench.ENV in line and str(bigbench.cached_sdist(cache)) in line
+    assert "without the corpus, `pruner adapt --labeled FILE --output DIR`" in line
+    assert (
+        "--sdist PATH" in line
+        and "checkout" in line
+        and bigbench.ENV in line
+        and str(bigbench.cached_sdist(cache)) in line
+    )
     assert _files(cache) == [] and not (tmp_path / "out").exists()
 
 
