@@ -120,8 +120,8 @@ def _add_calibration_arguments(p: argparse.ArgumentParser) -> None:
         default="both",
         help="both (default): the adapted default keeps the promise on your calibration split and on the "
         "checkpoint's own calibration slices (needs its recipe's data files, e.g. pruner data squad && "
-        "pruner data mix; else yours alone); yours: on your split alone, one threshold, for text that is "
-        "all you serve",
+        "pruner data mix; else yours alone; without --model: your split and its shifted copies, with the "
+        "quickstart's calibration); yours: on your split alone, one threshold, for text that is all you serve",
     )
     p.add_argument(
         "--confidence",
