@@ -44,13 +44,6 @@ def _parser() -> argparse.ArgumentParser:
         "run it again to resume after an interruption.",
     )
     _add_inputs(p)
-    p.add_argument(
-        "--model",
-        default=None,
-        help="the checkpoint to start from, e.g. runs/quickstart (default: none: the bundled encoder "
-        "with new heads, trained on your train split alone with the quickstart's recipe and calibrated "
-        "on your calibration split; --set model.backbone=DIR for another encoder folder)",
-    )
     p.add_argument("--output", required=True, help="folder for the splits, the adapted model and the report")
     p.add_argument(
         "--split",
@@ -132,7 +125,8 @@ def _add_calibration_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_inputs(p: argparse.ArgumentParser) -> None:
-    """What the adaptation starts from (labeled records or documents) and where it may stop."""
+    """What the adaptation starts from (labeled records or documents, a checkpoint or the bundled
+    encoder) and where it may stop."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--labeled", nargs="+", help="labeled records of your text (JSONL)")
     src.add_argument(
@@ -146,6 +140,13 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
         choices=[*CORPUS_STEPS, "split", "train", "mix", "calibrate"],
         default=None,
         help="stop after this step (run again without it to go on)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the checkpoint to start from, e.g. runs/quickstart (default: none: the bundled encoder "
+        "with new heads, trained on your train split alone with the quickstart's recipe and calibrated "
+        "on your calibration split; --set model.backbone=DIR for another encoder folder)",
     )
 
 
