@@ -84,3 +84,34 @@ def test_adapt_without_a_checkpoint_trains_calibrates_and_reports_the_model(tmp_
     weights = (out / "model" / "model.safetensors").stat().st_mtime_ns
     assert cli_main(argv) == 0  # everything done: nothing is trained again
     assert (out / "model" / "model.safetensors").stat().st_mtime_ns == weights
+
+
+def test_documents_alone_go_through_the_corpus_steps_to_a_model_trained_from_the_encoder(tmp_path):
+    from tests.training.helpers import make_records
+
+    corpus = ROOT / "tests" / "fixtures" / "corpus"
+    log = tmp_path / "queries.jsonl"
+    log.write_text("".join(json.dumps({"query": q}) + "\n" for q in ["how long does sourdough ferment"]))
+    out = tmp_path / "mine"
+    argv = [
+        "adapt", "--corpus", str(corpus), "--queries", str(log), "--output", str(out), "--chunk-words", "40",
+        "--passages", "3", "--epochs", "1", "--dtype", "fp32", "--set", "train.max_steps=2",
+        "--set", "train.batch_size=4", "--set", "train.mixed_precision=no",
+        "--set", "model.relevance_distill_weight=0", "--set", "calibration.bf16=no",
+        "--set", "calibration.shift_groups=6",
+    ]  # fmt: skip
+    assert cli_main([*argv, "--until", "groups"]) == 0  # no checkpoint needed to mine the groups
+    records = make_records(n_groups=40, per_group=3)  # the labels step's output, as an endpoint writes it
+    for r in records:
+        g = int(r["id"].split("/")[0][1:])
+        r["meta"] = {"group": f"q{g}", "document": f"doc{g % 20}", "kind": "factoid"}
+    (out / "data" / "labeled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    state = json.loads((out / "adapt.json").read_text())
+    state["corpus"]["labels"] = {"groups rejected": 0, "confirmed": 40, "not answered by its chunk": 0,
+                                 "kept as labeled": 0, "accounting": {"prompt_tokens": 100}, "seconds": 1.0}  # fmt: skip
+    (out / "adapt.json").write_text(json.dumps(state))
+    assert cli_main(argv) == 0
+    state = json.loads((out / "adapt.json").read_text())
+    assert state["calibrate"]["on"] == "recipe" and (out / "model" / "model.safetensors").is_file()
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Adaptation report: the bundled encoder on ") and "Corpus: " in report
