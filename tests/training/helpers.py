@@ -76,3 +76,23 @@ def labeled_documents(tmp_path, n_groups=40, documents=12):
     path = tmp_path / "mine.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path, recs
+
+
+def write_labels_step(out, n_groups=40, documents=20):
+    """The corpus steps' labels output under ``out``, as an endpoint would have written it:
+    ``data/labeled.jsonl`` of ``n_groups`` groups about ``documents`` documents, and the labels
+    step marked done in ``adapt.json``."""
+    records = make_records(n_groups=n_groups, per_group=3)
+    for r in records:
+        g = int(r["id"].split("/")[0][1:])
+        r["meta"] = {
+            **r.get("meta", {}),
+            "group": f"q{g}",
+            "document": f"doc{g % documents}",
+            "kind": "factoid",
+        }
+    (out / "data" / "labeled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    state = json.loads((out / "adapt.json").read_text())
+    state["corpus"]["labels"] = {"groups rejected": 0, "confirmed": n_groups, "not answered by its chunk": 0,
+                                 "kept as labeled": 0, "accounting": {"prompt_tokens": 100}, "seconds": 1.0}  # fmt: skip
+    (out / "adapt.json").write_text(json.dumps(state))

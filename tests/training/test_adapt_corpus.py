@@ -23,7 +23,7 @@ from pruner_model.core.records import read_jsonl, validate_labeled
 
 from pruner_model.cli import main as cli_main
 from tests.llama import free_port, llama_server
-from tests.training.helpers import make_records
+from tests.training.helpers import write_labels_step
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "corpus"
 TRAIN_FAST = [
@@ -57,16 +57,7 @@ def test_a_query_log_is_mined_into_groups_and_the_labels_go_on_to_an_adapted_che
     glacier = next(g for g in groups if "glacier" in g["query"])
     assert any(p["id"].startswith("glaciers.txt#") for p in glacier["passages"])  # mined, not random
 
-    # the labels step's output, as an endpoint would have written it (groups of 20 documents)
-    records = make_records(n_groups=40, per_group=3)
-    for r in records:
-        g = int(r["id"].split("/")[0][1:])
-        r["meta"] = {**r.get("meta", {}), "group": f"q{g}", "document": f"doc{g % 20}", "kind": "factoid"}
-    (out / "data" / "labeled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    state = json.loads((out / "adapt.json").read_text())
-    state["corpus"]["labels"] = {"groups rejected": 0, "confirmed": 40, "not answered by its chunk": 0,
-                                 "kept as labeled": 0, "accounting": {"prompt_tokens": 100}, "seconds": 1.0}  # fmt: skip
-    (out / "adapt.json").write_text(json.dumps(state))
+    write_labels_step(out)  # the labels step's output, as an endpoint would have written it
     assert cli_main(argv) == 0
     state = json.loads((out / "adapt.json").read_text())
     assert sum(c["documents"] for c in state["split"].values()) == 20  # split by meta.document

@@ -17,7 +17,7 @@ from pruner_model.training.adapt import (
 )
 
 from pruner_model.cli import main as cli_main
-from tests.training.helpers import labeled_documents
+from tests.training.helpers import labeled_documents, write_labels_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,8 +87,6 @@ def test_adapt_without_a_checkpoint_trains_calibrates_and_reports_the_model(tmp_
 
 
 def test_documents_alone_go_through_the_corpus_steps_to_a_model_trained_from_the_encoder(tmp_path):
-    from tests.training.helpers import make_records
-
     corpus = ROOT / "tests" / "fixtures" / "corpus"
     log = tmp_path / "queries.jsonl"
     log.write_text("".join(json.dumps({"query": q}) + "\n" for q in ["how long does sourdough ferment"]))
@@ -101,15 +99,7 @@ def test_documents_alone_go_through_the_corpus_steps_to_a_model_trained_from_the
         "--set", "calibration.shift_groups=6",
     ]  # fmt: skip
     assert cli_main([*argv, "--until", "groups"]) == 0  # no checkpoint needed to mine the groups
-    records = make_records(n_groups=40, per_group=3)  # the labels step's output, as an endpoint writes it
-    for r in records:
-        g = int(r["id"].split("/")[0][1:])
-        r["meta"] = {"group": f"q{g}", "document": f"doc{g % 20}", "kind": "factoid"}
-    (out / "data" / "labeled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    state = json.loads((out / "adapt.json").read_text())
-    state["corpus"]["labels"] = {"groups rejected": 0, "confirmed": 40, "not answered by its chunk": 0,
-                                 "kept as labeled": 0, "accounting": {"prompt_tokens": 100}, "seconds": 1.0}  # fmt: skip
-    (out / "adapt.json").write_text(json.dumps(state))
+    write_labels_step(out)  # the labels step's output, as an endpoint would have written it
     assert cli_main(argv) == 0
     state = json.loads((out / "adapt.json").read_text())
     assert state["calibrate"]["on"] == "recipe" and (out / "model" / "model.safetensors").is_file()
