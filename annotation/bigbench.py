@@ -22,7 +22,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from pruner_model.core.records import default_cache_dir
+from pruner_model.core.records import atomic_open, default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -126,10 +126,8 @@ def extract(members: dict[str, Path], cache_dir: Path | None = None, sdist: str 
 def _write_whole(members: dict[str, Path], data: dict[str, bytes]) -> None:
     """Every member read before any is written: a damaged source writes nothing."""
     for name, target in members.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.tmp"
-        tmp.write_bytes(data[name])
-        tmp.replace(target)
+        with atomic_open(target, "wb") as fh:
+            fh.write(data[name])
 
 
 def _read_from_checkout(folder: Path, name: str) -> bytes:
