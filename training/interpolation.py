@@ -71,7 +71,7 @@ def choose_share(rows: list[Measured], allowance: float) -> tuple[float, str]:
     if start.general is None:
         best = max(rows, key=lambda r: (r.yours is not None, r.yours or 0.0, r.share))
         return best.share, "no compression at the promise on general text to hold: the best on yours"
-    allowed = [r for r in rows if r.general is not None and start.general - r.general <= allowance + 1e-12]
+    allowed = [r for r in rows if _holds(start, r, allowance)]
     best = max(allowed, key=lambda r: (r.yours is not None, r.yours or 0.0, r.share))
     lost = start.general - best.general
     change = (
@@ -96,18 +96,19 @@ def search_shares(measure: Callable[[float], Measured], allowance: float) -> lis
     when the fine-tuned weights already hold)."""
     start, tuned = measure(0.0), measure(1.0)
     rows = [start, tuned]
-
-    def holds(r: Measured) -> bool:
-        return r.general is not None and start.general - r.general <= allowance + 1e-12
-
-    if start.general is None or holds(tuned):
+    if start.general is None or _holds(start, tuned, allowance):
         return rows
     low, high = 0.0, 1.0
     for _ in range(2):
         r = measure((low + high) / 2)
         rows.append(r)
-        low, high = (r.share, high) if holds(r) else (low, r.share)
+        low, high = (r.share, high) if _holds(start, r, allowance) else (low, r.share)
     return rows
+
+
+def _holds(start: Measured, r: Measured, allowance: float) -> bool:
+    """``r`` loses at most ``allowance`` of general text's compression against ``start``."""
+    return r.general is not None and start.general - r.general <= allowance + 1e-12
 
 
 def _num(x: float | None) -> str:
