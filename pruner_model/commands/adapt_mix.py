@@ -10,7 +10,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from pruner_model.commands.adapt_report import general_records, points, say
+from pruner_model.commands.adapt_report import _num, general_records, points, say
 from pruner_model.evaluation.groups import group_of
 from pruner_model.training.adapt import _base_train_config
 
@@ -118,7 +118,3 @@ def mix_markdown(mix: dict) -> list[str]:
     rows = sorted(mix["rows"], key=lambda r: -r["share"])
     lines += [f"| {r['share']:g} | {_num(r['yours'])} | {_num(r['general'])} |" for r in rows]
     return [*lines, ""]
-
-
-def _num(x) -> str:
-    return "-" if x is None else f"{x:.3f}"
