@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pruner_model.annotation.sources import Example
 from pruner_model.core.segmentation import segment
 
-SPLITS = ("train", "calibration", "dev")
+SPLITS = ("train", "calibration", "dev", "heldout")  # heldout: whole data sets never trained on
 
 
 @dataclass
@@ -90,6 +90,7 @@ class MixSettings:
     dev_share: float = 0.1
     max_questions: dict[str, int | None] | None = None  # per split: questions per source (None = all)
     seed: int = 0
+    heldout_sources: frozenset[str] = frozenset()  # sources whose every document goes to ``heldout``
 
     def __post_init__(self) -> None:
         if self.passages_per_group < 1:
@@ -132,7 +133,10 @@ def build_mix(
         if ex.doc_key in doc_chunks:
             continue
         fam = family(ex.document)
-        split = "train" if fam in trained else split_of(fam, s.seed, shares)
+        if ex.source in s.heldout_sources:
+            split = "heldout"
+        else:
+            split = "train" if fam in trained else split_of(fam, s.seed, shares)
         doc_split[ex.doc_key] = split
         chunks = []
         for k, (a, b) in enumerate(chunk_bounds(ex.document, s.chunk_words)):

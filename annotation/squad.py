@@ -1,4 +1,4 @@
-"""Gold labels from SQuAD-format QA data: the embedded default training corpus.
+"""Gold labels from a SQuAD-format QA file of your own (`pruner data squad --file`).
 
 Each question becomes a group of passages: its gold paragraph (the sentence holding the answer
 is relevant) and distractors, hard ones from the same article and easy ones from other articles;
@@ -6,10 +6,9 @@ a share of groups has no gold paragraph at all, so the model learns that pruning
 sometimes right. Groups are written twice: as labeled records (the training unit) and in the raw
 grouped form ``{id, query, passages}`` that ``pruner annotate`` labels, for comparison with gold.
 
-The SQuAD v1.1 dev set and SQuADShifts come from the ``bigbench==1.0.0`` sdist on PyPI,
-downloaded once with pip and cached, or from a copy of it (:mod:`.bigbench`). The SQuADShifts
-``reddit`` and ``amazon`` sets are reserved for an outside held-out evaluation and are refused
-here.
+The public QA data sets (SQuAD, SQuADShifts new_wiki and the others of the pack) are read by
+:mod:`.public_qa` into the retriever-style pool of `pruner data qa`; this module serves a user's
+own SQuAD-format file, paragraph by paragraph.
 """
 
 from __future__ import annotations
@@ -20,35 +19,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from pruner_model.annotation.bigbench import extract
-from pruner_model.core.records import RecordError, default_cache_dir, read_text
+from pruner_model.core.records import RecordError, read_text
 from pruner_model.core.segmentation import segment
 
 logger = logging.getLogger(__name__)
-SQUAD_FILES = {  # split name -> file in bigbench/benchmark_tasks/squad_shifts/
-    "squaddev": "squaddev_v1.1.json",
-    "new_wiki": "new_wiki_v1.0.json",
-    "nyt": "nyt_v1.0.json",
-}
-HELD_OUT = {"reddit", "amazon"}  # never train, tune or calibrate on these
-DEFAULT_TRAIN_SPLITS = ("squaddev", "new_wiki")
-DEFAULT_DEV_SPLITS = ("nyt",)
-
-
-def fetch_squad_split(split: str, cache_dir: Path | None = None, sdist: str | Path | None = None) -> Path:
-    """Path of a SQuAD-format JSON split, extracted once from the bigbench sdist (``sdist``: a copy
-    of it; else ``$PRUNER_BIGBENCH_SDIST``, the cached one or a download: :mod:`.bigbench`)."""
-    if split in HELD_OUT:
-        raise ValueError(f"split {split!r} is held out for an outside evaluation and is never used here")
-    if split not in SQUAD_FILES:
-        raise ValueError(f"unknown split {split!r}; choose from {sorted(SQUAD_FILES)}")
-    cache_dir = Path(cache_dir or default_cache_dir())
-    target = cache_dir / "squad_shifts" / SQUAD_FILES[split]
-    if not target.is_file():  # extract only the allowed splits
-        extract(
-            {f"squad_shifts/{name}": target.parent / name for name in SQUAD_FILES.values()}, cache_dir, sdist
-        )
-    return target
 
 
 @dataclass

@@ -237,6 +237,14 @@ class PrunerModel(PreTrainedModel):
         return loss
 
     @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> PrunerModel:
+        """``PreTrainedModel.from_pretrained`` with fp32 weights unless ``dtype`` is given: the
+        shipped default model is stored in bf16 (half the bytes), and every backend computes from
+        fp32 weights (bf16 runs under autocast where it is native)."""
+        kwargs.setdefault("dtype", torch.float32)
+        return super().from_pretrained(*args, **kwargs)
+
+    @classmethod
     def from_backbone(cls, name_or_path: str | Path | None = None, **config_kwargs) -> PrunerModel:
         """A fresh pruner on a pretrained encoder (default: the bundled all-MiniLM-L6-v2).
 

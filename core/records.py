@@ -15,9 +15,17 @@ class RecordError(ValueError):
     """A data file that cannot be read as the expected records; the message is one line."""
 
 
-# the language of a record's ``source`` where it is not English (the bigbench sources of
-# annotation/sources.py; records of any other source are taken as English)
-SOURCE_LANGUAGE = {"hindi": "hi", "parsinlu": "fa"}
+# the language of a record's ``source`` where it is not English (the public QA sets of
+# annotation/public_qa.py, by the names `pruner data qa` writes; any other source is taken as English)
+SOURCE_LANGUAGE = {
+    **{f"xquad_{c}": c for c in ("ar", "de", "el", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh")},
+    **{f"tydiqa_{c}": c for c in ("ar", "bn", "fi", "id", "ko", "ru", "sw", "te")},
+    "cmrc2018": "zh",
+    "drcd": "zh",
+    "arcd": "ar",
+    "korquad": "ko",
+    "persianqa": "fa",
+}
 
 
 def default_cache_dir() -> Path:

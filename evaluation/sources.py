@@ -9,7 +9,7 @@ the same seeded slice of query groups is scored once, and reported:
   the checkpoint's named operating point of the same source, where it has one;
 - at the threshold that keeps 95% of answers: the share of tokens kept in gold passages, in other
   passages of the same document, in retriever-mined distractors, in random passages and in groups
-  with no answer at all (the records' ``meta.role``, as `pruner data mix` writes it; SQuAD records'
+  with no answer at all (the records' ``meta.role``, as `pruner data qa` writes it; SQuAD records'
   ``meta.gold`` / ``meta.hard`` map to gold / same_doc / random);
 - the relevance head's passage ranking: the share of questions whose gold passage ranks first,
   and within a question the share of mined and of random passages the gold passage outscores.

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 from pruner_model.core.alignment import char_token_floor, count_tokens, unit_bounds
 from pruner_model.core.configuration import PrunerConfig, check_fits
+from pruner_model.core.default_model import resolve_default
 from pruner_model.core.request_features import request_features
 from pruner_model.core.scoring import PairScores, score_pairs
 from pruner_model.core.threshold_model import ThresholdModel
@@ -77,7 +78,7 @@ class ContextPruner:
     @classmethod
     def from_pretrained(
         cls,
-        path: str | Path,
+        path: str | Path | None = None,
         backend: Literal["auto", "torch", "onnx"] = "auto",
         device: str | None = None,
         batch_size: int = 32,
@@ -85,12 +86,11 @@ class ContextPruner:
         summarizer=None,
         **backend_kwargs,
     ) -> ContextPruner:
-        """Load a checkpoint folder (``save_pretrained`` output), an ONNX export folder, or a
-        Hugging Face hub repo id holding either (downloaded once into the hub cache;
-        ``HF_HUB_OFFLINE=1`` uses the cache alone).
+        """Load the shipped default model, a checkpoint folder, an ONNX export folder, or a hub
+        repo id holding either (cached once; ``HF_HUB_OFFLINE=1`` uses the cache alone).
 
         Args:
-            path: folder or ``"owner/name"`` repo id.
+            path: folder or ``"owner/name"`` repo id; None: ``pruner_model.DEFAULT_MODEL``.
             backend: ``"auto"`` (ONNX when the folder has ``model.onnx`` and no safetensors),
                 ``"torch"`` or ``"onnx"``.
             device: ``"cpu"``, ``"cuda"`` or None for the best available.
@@ -106,7 +106,7 @@ class ContextPruner:
         Raises:
             FileNotFoundError: no checkpoint there.
         """
-        path = resolve_model_path(path)
+        path = resolve_model_path(resolve_default(path))
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no pruner checkpoint at {path} (config.json missing)")
         config = load_config(path)

@@ -17,9 +17,13 @@ import this package.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+# the trained checkpoint that ships inside the package: ContextPruner.from_pretrained() with no
+# argument loads it, and every command's --model defaults to it
+DEFAULT_MODEL = Path(__file__).resolve().parent / "default_model"
 
 # Every public name loads on first use: ``import pruner_model`` imports neither transformers nor
 # torch nor nltk (and, through nltk, scipy). ``PrunerConfig`` registers itself with
@@ -70,6 +74,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DEFAULT_MODEL",
     "IGNORE_INDEX",
     "ContextPruner",
     "PassageResult",

@@ -19,7 +19,7 @@ in resumable steps under one output folder:
    ``general_dev``, compression at the promise on general text before and after (what it forgot).
 
 Without a checkpoint (``model=None``) it starts from the bundled encoder with new heads: the
-training recipe is :data:`ENCODER_RECIPE` (the quickstart's), nothing is replayed or blended, the
+training recipe is :data:`ENCODER_RECIPE` (the default model's), nothing is replayed or blended, the
 calibration is that recipe's (relative floor, relevance exponent, shifted copies) on the user's
 calibration split alone, and the report measures the trained model.
 
@@ -44,7 +44,7 @@ USER = "user"  # the source name the user's records train under
 CALIBRATE_ON = ("both", "yours")
 ENCODER = "the bundled encoder"  # what a run without a checkpoint starts from, as reports name it
 
-# The recipe of a run without a checkpoint: configs/quickstart.yaml's model, train and calibration
+# The recipe of a run without a checkpoint: configs/default.yaml's model, train and calibration
 # sections (a test holds them equal), its data sections replaced by the user's splits.
 ENCODER_RECIPE = {
     "model": {

@@ -83,8 +83,8 @@ class ModelSection:
 
 @dataclass
 class DataSection:
-    train: list[str] = field(default_factory=lambda: ["data/squad/train.jsonl"])
-    dev: list[str] = field(default_factory=lambda: ["data/squad/dev.jsonl"])
+    train: list[str] = field(default_factory=lambda: ["data/qa/train.jsonl"])
+    dev: list[str] = field(default_factory=lambda: ["data/qa/calibration.jsonl"])
     max_train_groups: int | None = None  # subsample whole query groups (None = all)
     max_dev_groups: int | None = 500  # dev eval during training is on this many groups
     calibration_dev_groups: int | None = 2000  # dev groups for the final threshold calibration
@@ -104,7 +104,7 @@ class DataSection:
     # null: groups are drawn as they come from every file
     mix: dict[str, float] | None = None
     # labeled records whose query groups, per source, join the calibration as slices of their own
-    # (e.g. data/mix/calibration.jsonl): the threshold then keeps its promise on every source
+    # (e.g. data/qa/calibration.jsonl): the threshold then keeps its promise on every source
     calibration_sources: list[str] = field(default_factory=list)
     calibration_source_groups: int = 200  # groups of each source's calibration slice
     seed: int = 0

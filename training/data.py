@@ -99,7 +99,7 @@ def _read_files(files: list[str], dedup: bool, report: DataReport) -> list[dict]
     for f in files:
         if not Path(f).is_file():
             raise RecordError(
-                f"{f}: no such file (build it with 'pruner data squad', 'pruner data mix' or 'pruner annotate')"
+                f"{f}: no such file (build it with 'pruner data qa', 'pruner data squad --file' or 'pruner annotate')"
             )
         for lineno, rec in enumerate(iter_jsonl(f), 1):
             report.records_read += 1

@@ -174,7 +174,7 @@ class Trainer:
         for f in d.calibration_sources or []:  # read only after training: a missing one must stop it now
             if not Path(f).is_file():
                 raise FileNotFoundError(
-                    f"data.calibration_sources: {f}: no such file (build it with 'pruner data mix')"
+                    f"data.calibration_sources: {f}: no such file (build it with 'pruner data qa')"
                 )
         train_records, train_report = read_records(
             d.train, d.max_train_groups, d.dedup, d.seed, d.low_overlap_share, d.mix

@@ -38,9 +38,14 @@ def load_passages(path: str | Path) -> list:
     return data
 
 
-def existing_model_dir(path: str) -> Path:
-    """The model folder, or a one-line error before any heavy import."""
-    model_dir = Path(path)
+DEFAULT_MODEL_HELP = "(default: the trained model that ships with the package)"
+
+
+def existing_model_dir(path: str | None) -> Path:
+    """The model folder (None: the shipped default model), or a one-line error before any heavy import."""
+    from pruner_model.core.default_model import resolve_default
+
+    model_dir = Path(resolve_default(path))
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model folder not found: {model_dir}")
     return model_dir

@@ -1,4 +1,5 @@
-"""`pruner data`: labeled records and retriever-style groups from QA data sets (`squad`, `mix`)."""
+"""`pruner data`: labeled records and retriever-style groups from QA data sets: `qa` (the public QA
+files in their published formats), `squad` (a SQuAD-format file of your own)."""
 
 from __future__ import annotations
 
@@ -19,41 +20,28 @@ def output_folder(path: str) -> Path:
     return out
 
 
-def add_source_arguments(p: argparse.ArgumentParser) -> None:
-    """Where the bigbench sdist and what is extracted from it are kept."""
-    p.add_argument(
-        "--sdist",
-        default=None,
-        help="a copy of bigbench-1.0.0.tar.gz, or a checkout of the BIG-bench repository, to read instead "
-        "of downloading the sdist (default: $PRUNER_BIGBENCH_SDIST, else the cached one, else pip download)",
-    )
-    p.add_argument("--cache-dir", default=None, help="default: $PRUNER_CACHE, else ~/.cache/pruner")
-
-
 def _data_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pruner data",
-        description="Build labeled records from SQuAD-format QA data. 'squad' reads SQuAD v1.1 dev and "
-        "SQuADShifts new_wiki (train) and nyt (dev) from the bigbench==1.0.0 sdist (downloaded once "
-        "with pip, cached in $PRUNER_CACHE or ~/.cache/pruner); --file adds any SQuAD-format file. "
-        "Writes OUT/<split>.jsonl (labeled records), OUT/<split>.groups.jsonl (raw groups for "
-        "'pruner annotate') and OUT/report.json. reddit and amazon are held out and refused.",
+        description="Build labeled records from QA data. 'qa' reads the public QA data sets in their "
+        "published formats from a folder you name ('pruner data qa --help'); 'squad' reads SQuAD-format "
+        "files of your own (--file, one split each: each question's paragraph and distractors from the "
+        "same and other articles). Writes OUT/<split>.jsonl (labeled records), OUT/<split>.groups.jsonl "
+        "(raw groups for 'pruner annotate') and OUT/report.json.",
     )
     p.add_argument(
         "source",
-        choices=["squad", "mix"],
-        help="squad: the SQuAD-format family; mix: every other QA source of the sdist in one pool "
-        "('pruner data mix --help')",
+        choices=["qa", "squad"],
+        help="qa: the public QA files as one retriever-style pool; squad: SQuAD-format files of your own",
     )
     p.add_argument("--output", default="data/squad", help="output folder (default: data/squad)")
-    p.add_argument("--train-splits", nargs="*", default=["squaddev", "new_wiki"])
-    p.add_argument("--dev-splits", nargs="*", default=["nyt"])
     p.add_argument(
         "--file",
         action="append",
         default=[],
         metavar="PATH[:NAME]",
-        help="a SQuAD-format JSON file, written as split NAME (default: the file's stem)",
+        help="a SQuAD-format JSON file, written as split NAME (default: the file's stem); "
+        "a split named 'train' gets --mined-distractors and --train-answers",
     )
     p.add_argument("--passages-per-group", type=int, default=5)
     p.add_argument(
@@ -74,20 +62,17 @@ def _data_parser() -> argparse.ArgumentParser:
         help="train labels: sentences of every annotator's answer (default) or of the first only; "
         "dev and --file splits always label the first (reference) answer's sentences",
     )
-    p.add_argument("--max-train-questions", type=int, default=None)
-    p.add_argument("--max-dev-questions", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    add_source_arguments(p)
     return p
 
 
 # over 60 lines: the `pruner data` steps in order (read, convert, write, report); each is a call, the length is their arguments
 def data_main(argv: list[str] | None = None) -> int:
-    from pruner_model.annotation.squad import build_groups, fetch_squad_split, load_squad
+    from pruner_model.annotation.squad import build_groups, load_squad
 
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["mix"]:
-        return mix_main(argv[1:])
+    if argv[:1] == ["qa"]:
+        return qa_main(argv[1:])
     args = _data_parser().parse_args(argv)
     if not 0 <= args.no_gold_share <= 1:
         raise ValueError("--no-gold-share must be in [0, 1]")
@@ -95,25 +80,14 @@ def data_main(argv: list[str] | None = None) -> int:
         raise ValueError("--passages-per-group must be >= 1")
     if args.mined_distractors < 0:
         raise ValueError("--mined-distractors must be >= 0")
+    if not args.file:
+        raise ValueError(
+            "pruner data squad reads SQuAD-format files of your own: give --file PATH[:NAME]; "
+            "the public QA data sets: pruner data qa --from DIR"
+        )
     out = output_folder(args.output)
-    jobs: list[tuple[str, list[tuple[str, Path]], int | None]] = []
+    jobs: list[tuple[str, list[tuple[str, Path]]]] = []
     all_answers = {"train": args.train_answers == "all"}
-    if args.train_splits:
-        jobs.append(
-            (
-                "train",
-                [(s, fetch_squad_split(s, args.cache_dir, args.sdist)) for s in args.train_splits],
-                args.max_train_questions,
-            )
-        )
-    if args.dev_splits:
-        jobs.append(
-            (
-                "dev",
-                [(s, fetch_squad_split(s, args.cache_dir, args.sdist)) for s in args.dev_splits],
-                args.max_dev_questions,
-            )
-        )
     for spec in args.file:
         path, _, name = spec.partition(":")
         path = Path(path)
@@ -122,9 +96,9 @@ def data_main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"--file {spec}: split name {name!r} must be letters, digits, '_', '.', '-' (a file name in --output)"
             )
-        jobs.append((name, [(name, path)], None))
+        jobs.append((name, [(name, path)]))
     report = {}
-    for name, sources, max_q in jobs:
+    for name, sources in jobs:
         records, groups = [], []
         for split, path in sources:
             paragraphs, questions = load_squad(path, split)
@@ -135,16 +109,11 @@ def data_main(argv: list[str] | None = None) -> int:
                 args.hard_distractors,
                 args.no_gold_share,
                 args.seed,
-                None,
                 all_answers=all_answers.get(name, False),
                 mined_distractors=args.mined_distractors if name == "train" else 0,
             )
             records += r
             groups += g
-        if max_q is not None:  # keep whole groups
-            keep = {g["id"] for g in groups[:max_q]}
-            groups = groups[:max_q]
-            records = [r for r in records if r["id"].split("/", 1)[0] in keep]
         write_jsonl(out / f"{name}.jsonl", records)
         write_jsonl(out / f"{name}.groups.jsonl", groups)
         kinds = Counter("gold" if r["relevant_spans"] else "negative" for r in records)
@@ -168,23 +137,31 @@ def data_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _mix_parser() -> argparse.ArgumentParser:
-    from pruner_model.annotation.sources import ENGLISH_SOURCES, TASK_FILES
+def _qa_parser() -> argparse.ArgumentParser:
+    from pruner_model.annotation.public_qa import ENV, HELDOUT_SETS, SETS, TRAIN_SETS
 
     p = argparse.ArgumentParser(
-        prog="pruner data mix",
-        description="Build retriever-style query groups from the other QA sources of the bigbench==1.0.0 "
-        "sdist (search queries, news and fiction, disfluent questions, blogs; docs/data.md): documents "
-        "cut into chunks, one pool across sources, split by document into train / calibration / dev. "
-        "Writes OUT/<split>.jsonl, OUT/<split>.groups.jsonl and OUT/report.json (per source: questions "
-        "kept, answer-mapping failures, licence). CoQA is reserved for outside evaluation and never read.",
+        prog="pruner data qa",
+        description="Build retriever-style query groups from public QA data sets in their published "
+        f"formats (a folder laid out like the public QA pack: --from DIR or ${ENV}; docs/data.md). "
+        "Documents are cut into chunks, pooled, and split by document into train / calibration / dev; "
+        "the --heldout sets go whole to 'heldout' (never trained or calibrated on). Writes "
+        "OUT/<split>.jsonl, OUT/<split>.groups.jsonl and OUT/report.json (per set: questions kept, "
+        "answers not found, licence). Every file is checked against its published sha256 first.",
     )
-    p.add_argument("--output", default="data/mix", help="output folder (default: data/mix)")
+    p.add_argument("--from", dest="folder", default=None, help=f"the QA data folder (default: ${ENV})")
+    p.add_argument("--output", default="data/qa", help="output folder (default: data/qa)")
     p.add_argument(
-        "--sources",
-        default=",".join(ENGLISH_SOURCES),
-        help=f"comma list of sources, of {', '.join(TASK_FILES)} (default: the English ones; the "
-        "multilingual recipe adds hindi,parsinlu: docs/multilingual.md)",
+        "--sets",
+        default=",".join(TRAIN_SETS),
+        help=f"comma list of data sets split into train / calibration / dev, of {', '.join(SETS)} "
+        "(default: the English sets a distributed model may train on)",
+    )
+    p.add_argument(
+        "--heldout",
+        default=",".join(HELDOUT_SETS),
+        help="comma list of whole data sets for the heldout split only (default: dialogue, papers, "
+        "privacy policies); '' for none",
     )
     p.add_argument("--passages-per-group", type=int, default=5)
     p.add_argument("--same-doc", type=int, default=1, help="other chunks of the question's document")
@@ -192,7 +169,7 @@ def _mix_parser() -> argparse.ArgumentParser:
         "--mined",
         type=int,
         default=2,
-        help="TF-IDF-retrieved chunks without the answer, in calibration and dev groups",
+        help="TF-IDF-retrieved chunks without the answer, in calibration, dev and heldout groups",
     )
     p.add_argument(
         "--train-mined",
@@ -204,34 +181,39 @@ def _mix_parser() -> argparse.ArgumentParser:
         "--no-gold-share", type=float, default=0.15, help="share of answerable questions without their gold"
     )
     p.add_argument("--chunk-words", type=int, default=150, help="at most this many words a passage")
-    p.add_argument("--max-train-questions", type=int, default=6000, help="per source (0 = all)")
-    p.add_argument("--max-dev-questions", type=int, default=600, help="per source, calibration and dev each")
+    p.add_argument("--max-train-questions", type=int, default=6000, help="per set (0 = all)")
     p.add_argument(
-        "--squad-train",
-        default="data/squad/train.jsonl",
-        help="SQuAD training records: documents they hold stay in train (skipped when missing)",
+        "--max-dev-questions", type=int, default=600, help="per set, in calibration, dev and heldout each"
     )
     p.add_argument("--seed", type=int, default=0)
-    add_source_arguments(p)
     return p
 
 
-# over 60 lines: the `pruner data mix` steps in order (read every source, pool, write, report)
-def mix_main(argv: list[str]) -> int:
+def _names(text: str, option: str) -> list[str]:
+    from pruner_model.annotation.public_qa import SETS
+
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SETS]
+    if unknown:
+        raise ValueError(f"{option}: unknown data set {unknown[0]!r}; choose from {', '.join(SETS)}")
+    return names
+
+
+# over 60 lines: the `pruner data qa` steps in order (read every set, pool, write, report)
+def qa_main(argv: list[str]) -> int:
     from tqdm.auto import tqdm
 
-    from pruner_model.annotation.mix import SPLITS, MixSettings, build_mix, normalized
-    from pruner_model.annotation.sources import LICENCES, TASK_FILES, load_source
-    from pruner_model.core.records import iter_jsonl
+    from pruner_model.annotation.mix import SPLITS, MixSettings, build_mix
+    from pruner_model.annotation.public_qa import SETS, load_set, pack_folder
 
-    args = _mix_parser().parse_args(argv)
+    args = _qa_parser().parse_args(argv)
+    folder = pack_folder(args.folder)
     out = output_folder(args.output)  # before minutes of building: a file there is an error now
-    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
-    unknown = [s for s in sources if s not in TASK_FILES]
-    if unknown or not sources:
-        raise ValueError(
-            f"unknown source {unknown[0] if unknown else ''!r}; choose from {', '.join(TASK_FILES)}"
-        )
+    sets, heldout = _names(args.sets, "--sets"), _names(args.heldout, "--heldout")
+    if not sets and not heldout:
+        raise ValueError("--sets and --heldout name no data set")
+    if both := sorted(set(sets) & set(heldout)):
+        raise ValueError(f"{both[0]} is in both --sets and --heldout: a held-out set is never trained on")
     if args.max_train_questions < 0 or args.max_dev_questions < 0:
         raise ValueError("--max-train-questions and --max-dev-questions must be >= 0")
     dev_cap = args.max_dev_questions or None
@@ -242,33 +224,39 @@ def mix_main(argv: list[str]) -> int:
         args.train_mined,
         args.no_gold_share,
         args.chunk_words,
-        max_questions={"train": args.max_train_questions or None, "calibration": dev_cap, "dev": dev_cap},
+        max_questions={
+            "train": args.max_train_questions or None,
+            "calibration": dev_cap,
+            "dev": dev_cap,
+            "heldout": dev_cap,
+        },
         seed=args.seed,
+        heldout_sources=frozenset(heldout),
     )
-    examples, report = [], {"sources": {}, "settings": vars(args) | {"sources": sources}}
-    for src in sources:
-        ex, rep = load_source(src, cache_dir=args.cache_dir, sdist=args.sdist)
+    examples, report = [], {"sets": {}, "settings": vars(args) | {"sets": sets, "heldout": heldout}}
+    for name in tqdm([*sets, *heldout], desc="reading", unit="set"):
+        ex, rep = load_set(name, folder)
         examples += ex
-        report["sources"][src] = rep.to_dict() | {"licence": LICENCES[src]}
-        print(
-            f"{src}: {rep.kept}/{rep.questions} questions kept, answer not found for {rep.unmapped} "
+        qa = SETS[name]
+        report["sets"][name] = rep.to_dict() | {
+            "licence": qa.licence,
+            "text": qa.text,
+            "language": qa.language,
+            "distributable": qa.distributable,
+            "files": list(qa.files),
+        }
+        tqdm.write(
+            f"{name}: {rep.kept}/{rep.questions} questions kept, answer not found for {rep.unmapped} "
             f"({rep.mapping_failure_rate:.1%}), skipped {sum(rep.skipped.values())} {rep.skipped or ''}",
             file=sys.stderr,
         )
-    train_texts = set()
-    if Path(args.squad_train).is_file():
-        train_texts = {normalized(r["context"]) for r in iter_jsonl(args.squad_train)}
     with tqdm(desc="building groups", unit="query") as bar:
-        records, groups, stats = build_mix(examples, settings, train_texts, progress=bar)
+        records, groups, stats = build_mix(examples, settings, progress=bar)
     for split in SPLITS:
         write_jsonl(out / f"{split}.jsonl", records[split])
         write_jsonl(out / f"{split}.groups.jsonl", groups[split])
-        per = Counter(g["id"].split(":", 1)[0] for g in groups[split])  # ids are "<source>:<n>"
-        report[split] = {
-            "groups": len(groups[split]),
-            "records": len(records[split]),
-            "per_source": dict(per),
-        }
+        per = Counter(g["id"].split(":", 1)[0] for g in groups[split])  # ids are "<set>:<id>"
+        report[split] = {"groups": len(groups[split]), "records": len(records[split]), "per_set": dict(per)}
         print(
             f"{split}: {len(groups[split])} groups, {len(records[split])} records "
             f"({', '.join(f'{k} {v}' for k, v in sorted(per.items()))}) -> {out / (split + '.jsonl')}",

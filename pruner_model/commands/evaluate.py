@@ -6,7 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from pruner_model.commands.common import add_precision_argument, existing_model_dir, load_pruner
+from pruner_model.commands.common import (
+    DEFAULT_MODEL_HELP,
+    add_precision_argument,
+    existing_model_dir,
+    load_pruner,
+)
 
 
 def _evaluate_parser() -> argparse.ArgumentParser:
@@ -17,7 +22,7 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         "bi-encoder cosine). Writes OUTPUT/report.json, report.md and curve.png; recommends the threshold "
         "that reaches --target-evidence and, with --write-threshold, stores it in the model's config.json.",
     )
-    p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
+    p.add_argument("--model", default=None, help=f"checkpoint or ONNX export folder {DEFAULT_MODEL_HELP}")
     p.add_argument(
         "--data",
         required=True,

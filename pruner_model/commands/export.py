@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pruner_model.commands.common import existing_model_dir
+from pruner_model.commands.common import DEFAULT_MODEL_HELP, existing_model_dir
 
 
 def _export_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def _export_parser() -> argparse.ArgumentParser:
         "axes). Writes OUTPUT/model.onnx (+ model.int8.onnx with --quantize int8), config.json, tokenizer "
         "files and export_report.json; fails if the export does not match torch within tolerance.",
     )
-    p.add_argument("--model", required=True, help="checkpoint folder (save_pretrained output)")
+    p.add_argument("--model", default=None, help=f"checkpoint folder {DEFAULT_MODEL_HELP}")
     p.add_argument("--output", required=True, help="export folder")
     p.add_argument("--quantize", choices=["int8"], default=None, help="also write a dynamic int8 model")
     p.add_argument(

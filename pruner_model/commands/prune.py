@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from pruner_model.commands.common import (
+    DEFAULT_MODEL_HELP,
     add_precision_argument,
     add_quantized_argument,
     add_summarizer_arguments,
@@ -27,7 +28,7 @@ def _prune_parser() -> argparse.ArgumentParser:
         "passages file; writes the pruned context (text), the full result (json) or a "
         "highlighted page (html) to stdout or --output.",
     )
-    p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
+    p.add_argument("--model", default=None, help=f"checkpoint or ONNX export folder {DEFAULT_MODEL_HELP}")
     p.add_argument("--query", default=None, help="the question the context must answer")
     p.add_argument("--passages", default=None, help="passages file: .json, .jsonl or .txt")
     p.add_argument(

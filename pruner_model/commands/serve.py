@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from pruner_model.commands.common import (
+    DEFAULT_MODEL_HELP,
     add_precision_argument,
     add_quantized_argument,
     add_summarizer_arguments,
@@ -63,7 +64,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         "/v1/rerank and /v2/rerank (Cohere, Jina), /rerank (TEI); GET /health, /ready, /info, /metrics, "
         "/v1/stats. Binds to 127.0.0.1 unless told otherwise.",
     )
-    p.add_argument("--model", required=True, help="checkpoint or ONNX export folder")
+    p.add_argument("--model", default=None, help=f"checkpoint or ONNX export folder {DEFAULT_MODEL_HELP}")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", choices=["auto", "torch", "onnx"], default="auto")

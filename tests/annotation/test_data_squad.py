@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from pruner_model.annotation.squad import build_groups, fetch_squad_split, load_squad
+from pruner_model.annotation.squad import build_groups, load_squad
 
 from pruner_model import segment
 from pruner_model.cli import main
@@ -124,8 +124,6 @@ def test_cli_data_squad_file(squad_file, tmp_path):
             [
                 "data",
                 "squad",
-                "--train-splits",
-                "--dev-splits",
                 "--file",
                 f"{squad_file}:tiny",
                 "--output",
@@ -149,12 +147,11 @@ def test_cli_data_squad_file(squad_file, tmp_path):
             assert 0 <= s < e <= len(r["context"])
 
 
-def test_held_out_splits_are_refused(tmp_path, capsys):
-    for split in ("reddit", "amazon"):
-        with pytest.raises(ValueError, match="held out"):
-            fetch_squad_split(split, tmp_path)
-    assert main(["data", "squad", "--train-splits", "reddit", "--output", str(tmp_path / "o")]) == 2
-    assert "held out" in capsys.readouterr().err
+def test_without_a_file_it_names_both_ways_to_get_records(tmp_path, capsys):
+    assert main(["data", "squad", "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--file PATH" in err[0] and "pruner data qa --from DIR" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_malformed_squad_file(tmp_path, capsys):
@@ -165,8 +162,6 @@ def test_malformed_squad_file(tmp_path, capsys):
             [
                 "data",
                 "squad",
-                "--train-splits",
-                "--dev-splits",
                 "--file",
                 str(bad),
                 "--output",
@@ -178,13 +173,13 @@ def test_malformed_squad_file(tmp_path, capsys):
     assert "not a SQuAD-format" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["squad", "mix"])
+@pytest.mark.parametrize("command", [["squad", "--file", "x.json"], ["qa", "--from", "."]])
 def test_an_output_that_is_a_file_is_a_one_line_error_before_any_work(tmp_path, capsys, command):
     from pruner_model.cli import main
 
     target = tmp_path / "records.jsonl"
     target.write_text("keep me\n")
-    assert main(["data", command, "--output", str(target)]) != 0
+    assert main(["data", *command, "--output", str(target)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a file: give a folder" in err[0] and "Errno" not in err[0]
     assert target.read_text() == "keep me\n"

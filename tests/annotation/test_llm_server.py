@@ -28,8 +28,8 @@ def server(tmp_path_factory):
 
 
 def squad_groups(n: int, passages: int = 2) -> list[dict]:
-    """Groups from the SQuAD-derived dev split when built, else small SQuAD-style groups."""
-    path = Path("data/squad/dev.groups.jsonl")
+    """Groups from the public QA dev split when built, else small SQuAD-style groups."""
+    path = Path("data/qa/dev.groups.jsonl")
     if path.is_file():
         out = []
         for line in path.read_text(encoding="utf-8").splitlines()[:n]:

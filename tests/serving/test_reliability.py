@@ -294,8 +294,6 @@ def test_data_file_names_cannot_escape_the_output(tmp_path, capsys):
                 "squad",
                 "--output",
                 str(out),
-                "--train-splits",
-                "--dev-splits",
                 "--file",
                 f"{squad}:../../x",
             ]

@@ -1,5 +1,5 @@
 """`pruner adapt` without a checkpoint: new heads on the bundled encoder, trained on the user's
-train split with the quickstart's recipe, calibrated on the user's calibration split (and its
+train split with the default model's recipe, calibrated on the user's calibration split (and its
 shifted copies), nothing replayed or blended; the report measures the trained model alone."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from tests.training.helpers import labeled_documents, write_labels_step
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_encoder_recipe_is_the_quickstarts():
-    quickstart = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+def test_the_encoder_recipe_is_the_default_models():
+    recipe = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     for section in ("model", "train", "calibration"):
-        assert ENCODER_RECIPE[section] == quickstart[section], section
+        assert ENCODER_RECIPE[section] == recipe[section], section
 
 
 def test_without_a_checkpoint_the_config_trains_new_heads_on_your_split_alone(tmp_path):
