@@ -9,17 +9,99 @@ runs it after training); the output defaults to ``pruner_model/default_model`` o
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 MAX_BYTES = 50 * 1024 * 1024  # the wheel carries the model: at most 50 MB
-CARRIED = ("README.md", "metrics.json", "evaluation.json")  # besides weights, config and tokenizer
+CARRIED = ("README.md", "metrics.json")  # besides weights, config and tokenizer
+CARD_SECTION = """
+## Measured on held-back data
+
+At the shipped default (no settings), on groups of 5 passages as a retriever hands them over
+(`pruner data qa`: the gold passage, one more of its document, two TF-IDF look-alikes, one random;
+15% of answerable questions lose their gold passage). *dev*: documents of a training set that
+training and calibration never saw; *heldout*: whole data sets no shipped config trains or
+calibrates on. Measured with `pruner evaluate --by-source --max-groups 300 --data data/qa/<split>.jsonl`
+(scripts/build_default_model.sh). Passage-level sets (BoolQ, PubMedQA) have no sentence labels.
+
+{table}"""
 
 
-def ship(run: str | Path, output: str | Path) -> Path:
-    """Write ``run`` (a checkpoint folder) to ``output`` in bf16, whole or not at all."""
+SPLITS = {"dev": "held-back documents of a training set", "heldout": "a whole data set never trained on"}
+
+
+def measured(evaluation: Path) -> tuple[dict, str]:
+    """``(rows, markdown)`` from ``pruner evaluate --by-source`` reports in ``evaluation/<split>/``
+    (``sources.json``): per set, at the shipped default, answers kept with the exact 95% interval,
+    compression, the share of tokens that answer-less groups keep, and compression at 95% kept."""
+    rows = {}
+    for split in SPLITS:
+        path = evaluation / split / "sources.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (pruner evaluate --by-source --output {path.parent})")
+        report = json.loads(path.read_text(encoding="utf-8"))
+        for name, m in report["sources"].items():
+            at = m.get("at_checkpoint_threshold") or {}
+            kept = m.get("tokens_kept_at_checkpoint") or {}
+            rows[name] = {
+                "split": split,
+                "groups": m["groups"],
+                "max_groups": report.get("max_groups"),
+                "evidence_preserved": at.get("evidence_preserved"),
+                "interval": (at.get("promise") or {}).get("interval"),
+                "compression": at.get("compression"),
+                "answerless_tokens_kept": kept.get("answerless"),
+                "compression_at_0.95": m.get("compression_at_0.95"),
+                "gold_ranked_first": m["ranking"].get("gold_first"),
+            }
+    return {"sets": rows, "check": _check(evaluation / "check")}, _markdown(rows)
+
+
+def _check(folder: Path) -> dict | None:
+    """The fixed slice a test measures again (``pruner evaluate --by-source`` in ``folder``): per set,
+    answers kept and compression at the default."""
+    path = folder / "sources.json"
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    sets = {
+        name: {k: m["at_checkpoint_threshold"][k] for k in ("evidence_preserved", "compression")}
+        for name, m in report["sources"].items()
+        if m.get("at_checkpoint_threshold")
+    }
+    return {"data": "data/qa/heldout.jsonl", "max_groups": report.get("max_groups"), "sets": sets}
+
+
+def _num(x, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _markdown(rows: dict) -> str:
+    lines = [
+        "| set | split | groups | answers kept [95% interval] | compression | answer-less groups: tokens kept "
+        "| compression at 95% kept (swept) | gold passage ranked first |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        ci = r["interval"]
+        kept = (
+            "– (passage-level labels)"
+            if r["evidence_preserved"] is None
+            else (f"{_num(r['evidence_preserved'])} [{_num(ci[0])}, {_num(ci[1])}]")
+        )
+        lines.append(
+            f"| {name} | {r['split']} | {r['groups']} | {kept} | {_num(r['compression'])} | "
+            f"{_num(r['answerless_tokens_kept'])} | {_num(r['compression_at_0.95'])} | {_num(r['gold_ranked_first'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def ship(run: str | Path, output: str | Path, evaluation: str | Path | None = None) -> Path:
+    """Write ``run`` (a checkpoint folder) to ``output`` in bf16, whole or not at all; with
+    ``evaluation``, its held-back measurements go into ``evaluation.json`` and the model card."""
     import torch
     from pruner_model.core.modeling import PrunerModel
     from transformers import AutoTokenizer
@@ -35,6 +117,13 @@ def ship(run: str | Path, output: str | Path) -> Path:
         for name in CARRIED:
             if (run / name).is_file():
                 shutil.copy2(run / name, staging / name)
+        if evaluation is not None:
+            rows, table = measured(Path(evaluation))
+            (staging / "evaluation.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+            card = staging / "README.md"
+            card.write_text(
+                card.read_text(encoding="utf-8") + CARD_SECTION.format(table=table), encoding="utf-8"
+            )
         size = sum(f.stat().st_size for f in staging.iterdir())
         if size > MAX_BYTES:
             raise ValueError(
@@ -55,9 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m pruner_model.training.ship", description=__doc__)
     p.add_argument("run", help="a trained checkpoint folder (pruner train --output)")
     p.add_argument("--output", default=None, help="default: the package's default_model folder")
+    p.add_argument(
+        "--evaluation",
+        default=None,
+        help="a folder with dev/ and heldout/ reports of pruner evaluate --by-source: written into "
+        "evaluation.json and the model card",
+    )
     args = p.parse_args(argv)
     try:
-        out = ship(args.run, args.output or default_model_path())
+        out = ship(args.run, args.output or default_model_path(), args.evaluation)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

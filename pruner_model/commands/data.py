@@ -199,12 +199,38 @@ def _names(text: str, option: str) -> list[str]:
     return names
 
 
-# over 60 lines: the `pruner data qa` steps in order (read every set, pool, write, report)
+def _read_sets(names: list[str], folder: Path) -> tuple[list, dict]:
+    """Every named set's examples, and per set what was read (counts, licence, files)."""
+    from tqdm.auto import tqdm
+
+    from pruner_model.annotation.public_qa import SETS, load_set
+
+    examples, report = [], {}
+    for name in tqdm(names, desc="reading", unit="set"):
+        ex, rep = load_set(name, folder)
+        examples += ex
+        qa = SETS[name]
+        report[name] = rep.to_dict() | {
+            "licence": qa.licence,
+            "text": qa.text,
+            "language": qa.language,
+            "distributable": qa.distributable,
+            "files": list(qa.files),
+        }
+        tqdm.write(
+            f"{name}: {rep.kept}/{rep.questions} questions kept, answer not found for {rep.unmapped} "
+            f"({rep.mapping_failure_rate:.1%}), skipped {sum(rep.skipped.values())} {rep.skipped or ''}",
+            file=sys.stderr,
+        )
+    return examples, report
+
+
 def qa_main(argv: list[str]) -> int:
+    """`pruner data qa`: read every set, pool and split them, write the records and the report."""
     from tqdm.auto import tqdm
 
     from pruner_model.annotation.mix import SPLITS, MixSettings, build_mix
-    from pruner_model.annotation.public_qa import SETS, load_set, pack_folder
+    from pruner_model.annotation.public_qa import pack_folder
 
     args = _qa_parser().parse_args(argv)
     folder = pack_folder(args.folder)
@@ -233,23 +259,8 @@ def qa_main(argv: list[str]) -> int:
         seed=args.seed,
         heldout_sources=frozenset(heldout),
     )
-    examples, report = [], {"sets": {}, "settings": vars(args) | {"sets": sets, "heldout": heldout}}
-    for name in tqdm([*sets, *heldout], desc="reading", unit="set"):
-        ex, rep = load_set(name, folder)
-        examples += ex
-        qa = SETS[name]
-        report["sets"][name] = rep.to_dict() | {
-            "licence": qa.licence,
-            "text": qa.text,
-            "language": qa.language,
-            "distributable": qa.distributable,
-            "files": list(qa.files),
-        }
-        tqdm.write(
-            f"{name}: {rep.kept}/{rep.questions} questions kept, answer not found for {rep.unmapped} "
-            f"({rep.mapping_failure_rate:.1%}), skipped {sum(rep.skipped.values())} {rep.skipped or ''}",
-            file=sys.stderr,
-        )
+    examples, read = _read_sets([*sets, *heldout], folder)
+    report = {"sets": read, "settings": vars(args) | {"sets": sets, "heldout": heldout}}
     with tqdm(desc="building groups", unit="query") as bar:
         records, groups, stats = build_mix(examples, settings, progress=bar)
     for split in SPLITS:

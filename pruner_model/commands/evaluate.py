@@ -27,7 +27,7 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         "--data",
         required=True,
         nargs="+",
-        help="labeled records (JSONL), e.g. data/squad/dev.jsonl (several files are read as one)",
+        help="labeled records (JSONL), e.g. data/qa/dev.jsonl (several files are read as one)",
     )
     p.add_argument("--output", required=True, help="report folder")
     p.add_argument("--target-evidence", type=float, default=0.97)
