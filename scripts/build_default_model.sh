@@ -23,4 +23,4 @@ done
 # the fixed slice tests/test_default_model.py measures again
 pruner evaluate --model "$RUN" --data data/qa/heldout.jsonl --by-source --max-groups 100 \
     --baselines none --output "$RUN.eval/check"
-python3 -m pruner_model.training.ship "$RUN" --evaluation "$RUN.eval"
+python3 -m pruner_model.training.ship "$RUN" --evaluation "$RUN.eval" --data-report data/qa/report.json

@@ -99,9 +99,46 @@ def _markdown(rows: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ship(run: str | Path, output: str | Path, evaluation: str | Path | None = None) -> Path:
+DATA_SECTION = """
+## Training data and licences
+
+Read by `pruner data qa` from the public QA files in their published formats (docs/data.md);
+every set here may train a distributed model. Never trained or calibrated on: {heldout}.
+
+| set | text | licence | questions read | files |
+|---|---|---|---|---|
+{rows}
+"""
+
+
+def data_section(report_path: Path, mix: dict) -> str:
+    """The card's data table from ``pruner data qa``'s ``report.json``: the sets of ``mix``."""
+    report = json.loads(Path(report_path).read_text(encoding="utf-8"))
+    sets = report["sets"]
+    missing = [name for name in mix if name not in sets]
+    if missing:
+        raise ValueError(f"{report_path}: no set {missing[0]!r} of the training mix")
+    if any(not sets[name].get("distributable", True) for name in mix):
+        raise ValueError(f"{report_path}: the mix holds an evaluation-only set: it may not ship")
+    rows = "\n".join(
+        f"| {name} | {sets[name]['text']} | {sets[name]['licence']} | {sets[name]['questions']} | "
+        + ", ".join(f"`{f}`" for f in sets[name]["files"])
+        + " |"
+        for name in mix
+    )
+    heldout = ", ".join(report.get("settings", {}).get("heldout") or []) or "none named"
+    return DATA_SECTION.format(rows=rows, heldout=heldout)
+
+
+def ship(
+    run: str | Path,
+    output: str | Path,
+    evaluation: str | Path | None = None,
+    data_report: str | Path | None = None,
+) -> Path:
     """Write ``run`` (a checkpoint folder) to ``output`` in bf16, whole or not at all; with
-    ``evaluation``, its held-back measurements go into ``evaluation.json`` and the model card."""
+    ``evaluation``, its held-back measurements go into ``evaluation.json`` and the model card;
+    with ``data_report`` (``pruner data qa``'s report.json), its data sets and licences."""
     import torch
     from pruner_model.core.modeling import PrunerModel
     from transformers import AutoTokenizer
@@ -117,10 +154,17 @@ def ship(run: str | Path, output: str | Path, evaluation: str | Path | None = No
         for name in CARRIED:
             if (run / name).is_file():
                 shutil.copy2(run / name, staging / name)
+        card = staging / "README.md"
+        if data_report is not None:
+            import yaml
+
+            mix = (yaml.safe_load((run / "train_config.yaml").read_text()).get("data") or {}).get("mix") or {}
+            card.write_text(
+                card.read_text(encoding="utf-8") + data_section(Path(data_report), mix), encoding="utf-8"
+            )
         if evaluation is not None:
             rows, table = measured(Path(evaluation))
             (staging / "evaluation.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-            card = staging / "README.md"
             card.write_text(
                 card.read_text(encoding="utf-8") + CARD_SECTION.format(table=table), encoding="utf-8"
             )
@@ -129,6 +173,9 @@ def ship(run: str | Path, output: str | Path, evaluation: str | Path | None = No
             raise ValueError(
                 f"{run}: {size / 2**20:.1f} MiB in bf16, over the {MAX_BYTES // 2**20} MiB a wheel may carry"
             )
+        staging.chmod(0o755)  # the package's files are readable by every user
+        for f in staging.iterdir():
+            f.chmod(0o644)
         if output.exists():
             shutil.rmtree(output)
         staging.rename(output)
@@ -150,9 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         help="a folder with dev/ and heldout/ reports of pruner evaluate --by-source: written into "
         "evaluation.json and the model card",
     )
+    p.add_argument(
+        "--data-report",
+        default=None,
+        help="pruner data qa's report.json: the card lists the sets and licences",
+    )
     args = p.parse_args(argv)
     try:
-        out = ship(args.run, args.output or default_model_path(), args.evaluation)
+        out = ship(args.run, args.output or default_model_path(), args.evaluation, args.data_report)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -144,8 +144,8 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="the checkpoint to start from, e.g. runs/quickstart (default: none: the bundled encoder "
-        "with new heads, trained on your train split alone with the quickstart's recipe and calibrated "
+        help="the checkpoint to start from, e.g. runs/default (default: none: the bundled encoder "
+        "with new heads, trained on your train split alone with the default model's recipe and calibrated "
         "on your calibration split; --set model.backbone=DIR for another encoder folder)",
     )
 
