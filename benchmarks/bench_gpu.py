@@ -113,7 +113,7 @@ def bench_agreement(model_dir: str, n_groups: int = 100) -> dict:
 
     from pruner_model import ContextPruner
 
-    groups = groups_of(load_pairs(5 * n_groups, "data/squad/dev.jsonl"))
+    groups = groups_of(load_pairs(5 * n_groups, "data/qa/dev.jsonl"))
     kept = {}
     for name, kwargs in (
         ("cpu_fp32", {"device": "cpu", "dtype": "fp32"}),
@@ -137,7 +137,7 @@ def bench_serving(model_dir: str, seconds: float) -> dict:
     import httpx
     from bench_inference import groups_of, load_pairs, start_server
 
-    groups = groups_of(load_pairs(400, "data/squad/dev.jsonl"))
+    groups = groups_of(load_pairs(400, "data/qa/dev.jsonl"))
     out = {}
     for batching in (True, False):
         extra = ["--backend", "torch", "--device", DEVICE, "--dtype", "bf16", "--max-concurrency", "256"]

@@ -8,7 +8,7 @@ server with and without micro-batching, all measured in one run on the same inpu
 Prints ratios (what this script is for: absolute times depend on the machine and its load), each
 backend's windows of 256 tokens a second (counted by tokens) with the CPU class named, and
 writes a JSON report (default: benchmarks/reports/inference.json). Pairs are (query, passage)
-pairs from the nyt dev split built by ``pruner data squad`` (or a synthetic fallback).
+pairs from the nyt dev split built by ``pruner data qa`` (or a synthetic fallback).
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def main() -> int:
     ap.add_argument("--model", required=True, help="checkpoint folder")
     ap.add_argument("--onnx", default=None, help="ONNX export of it (exported to a temp folder if absent)")
     ap.add_argument("--pairs", type=int, default=200)
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--no-server", action="store_true")
     ap.add_argument("--report", default="benchmarks/reports/inference.json")

@@ -105,7 +105,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument(
         "--server-cpus",
         default=None,

@@ -3,7 +3,7 @@ absolute times depend on the machine and its load).
 
     python benchmarks/bench_models.py --models runs/quickstart runs/multilingual [--queries 60]
 
-Each model prunes the same nyt dev groups (``pruner data squad``), in rounds that alternate the
+Each model prunes the same nyt dev groups (``pruner data qa``), in rounds that alternate the
 models so that load changes hit them alike; reported: seconds per query (median of the rounds),
 the ratio to the first model, and the encoder tokens each model's tokenizer makes of the same
 passages (a 250k-piece multilingual vocabulary cuts English into fewer or more pieces).
@@ -22,7 +22,7 @@ import numpy as np
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", required=True)
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="auto")

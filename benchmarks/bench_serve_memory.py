@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--requests", type=int, default=150)
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument(
         "--thresholds",
         type=int,

@@ -5,7 +5,7 @@ costs in answers kept, measured against the plain pruner in one run.
         [--summarizer-url URL --summarizer-model NAME]   # default: a local llama.cpp SmolLM2
 
 Groups are the nyt dev groups 6000+ of the seeded permutation (the report range, never used for
-calibration), from ``pruner data squad``. For each query: the plain pruner's output, then the
+calibration), from ``pruner data qa``. For each query: the plain pruner's output, then the
 tiered output (cold cache), then the tiered output again with a fresh summarizer on the same
 cache (the cache-hit pass). Reported: tokens out, tokens the middle tier saved, the share of
 answerable queries whose answer string is in the pruned text (plain, tiered), chunks
@@ -75,7 +75,7 @@ def has_answer(text: str, answers: list[str]) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--summarizer-url", default=None)
     ap.add_argument("--summarizer-model", default="smollm2")

@@ -5,8 +5,8 @@ nyt's shifted slices, at 95% / 97% of answers kept and at its own threshold.
         --output reports/results-table
     python3 benchmarks/results_table.py --render reports/results-table/results.json  # tables again
 
-Groups: `data/mix/dev.jsonl`, groups 0-599 of each source's permutation (documents no config trains
-or calibrates on); nyt (`data/squad/dev.jsonl`) groups 6000-6399, and the shifted slices built from
+Groups: `data/qa/dev.jsonl`, groups 0-599 of each source's permutation (documents no config trains
+or calibrates on); nyt (`data/qa/dev.jsonl`) groups 6000-6399, and the shifted slices built from
 them (noisy, mined); low_overlap takes the low-overlap questions of groups 6000-7999. Writes
 OUTPUT/results.json and OUTPUT/results.md and prints both tables: the operating points (the
 checkpoint's threshold, and its named operating point for the row's source: nyt's is the dev data's,
@@ -110,8 +110,8 @@ def roles_markdown(results: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", nargs="+", metavar="NAME=PATH")
-    p.add_argument("--mix-dev", default="data/mix/dev.jsonl")
-    p.add_argument("--nyt-dev", default="data/squad/dev.jsonl")
+    p.add_argument("--mix-dev", default="data/qa/dev.jsonl")
+    p.add_argument("--nyt-dev", default="data/qa/dev.jsonl")
     p.add_argument("--mix-groups", type=int, default=600)
     p.add_argument("--nyt-start", type=int, default=6000)
     p.add_argument("--nyt-groups", type=int, default=400)

@@ -33,7 +33,7 @@ TARGETS = ("0.90", "0.95", "0.97", "0.99")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="append", default=[], help="checkpoint or ONNX folder (repeatable)")
-    ap.add_argument("--data", default="data/squad/dev.jsonl", help="labeled dev records (with meta.answers)")
+    ap.add_argument("--data", default="data/qa/dev.jsonl", help="labeled dev records (with meta.answers)")
     ap.add_argument("--start", type=int, default=6000, help="first group of the seeded permutation")
     ap.add_argument("--groups", type=int, default=400, help="groups per slice")
     ap.add_argument("--seed", type=int, default=0)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare and len(args.model) < 2:
         ap.error("--compare needs at least two --model")
     if not Path(args.data).is_file():
-        ap.error(f"no dev records at {args.data} (build them with 'pruner data squad')")
+        ap.error(f"no dev records at {args.data} (build them with 'pruner data qa')")
 
     from pruner_model.core.records import read_jsonl
     from pruner_model.evaluation.evaluator import Evaluator

@@ -36,14 +36,14 @@ def _commands(block: str) -> list[str]:
 @pytest.mark.slow
 def test_serving_docs_commands_run_from_any_folder(tiny_checkpoint, tmp_path):
     """docs/serving.md's shell blocks as written (export, serve, curl) in a folder that is not the
-    repository, with the tiny checkpoint as runs/quickstart; only the port is a free one."""
+    repository, with the tiny checkpoint as runs/mine; only the port is a free one."""
     import re
     import shutil
     import subprocess
 
     from tests.serving.test_reliability import free_port
 
-    shutil.copytree(tiny_checkpoint, tmp_path / "runs" / "quickstart")
+    shutil.copytree(tiny_checkpoint, tmp_path / "runs" / "mine")
     text = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
     port = str(free_port())
     commands = [
