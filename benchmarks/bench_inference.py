@@ -8,7 +8,7 @@ server with and without micro-batching, all measured in one run on the same inpu
 Prints ratios (what this script is for: absolute times depend on the machine and its load), each
 backend's windows of 256 tokens a second (counted by tokens) with the CPU class named, and
 writes a JSON report (default: benchmarks/reports/inference.json). Pairs are (query, passage)
-pairs from the nyt dev split built by ``pruner data qa`` (or a synthetic fallback).
+pairs from the dev split built by ``pruner data qa`` (or a synthetic fallback).
 """
 
 from __future__ import annotations

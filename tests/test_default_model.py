@@ -122,3 +122,14 @@ def test_a_short_run_of_the_default_recipe_on_the_public_files_learns_to_rank(tm
     report = evaluate_sources(trained, list(read_jsonl(HELDOUT)), max_groups=40)
     firsts = [m["ranking"]["gold_first"] for m in report.values() if m["ranking"]["gold_first"] is not None]
     assert firsts and sum(firsts) / len(firsts) > 0.4
+
+
+def test_calibrate_refuses_to_rewrite_the_packages_model(tmp_path, capsys):
+    from pruner_model.cli import main
+
+    before = (DEFAULT_MODEL / "config.json").read_bytes()
+    data = ROOT / "examples" / "labeled.jsonl"
+    assert main(["calibrate", "--model", str(DEFAULT_MODEL), "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "copy it first" in err[0]
+    assert (DEFAULT_MODEL / "config.json").read_bytes() == before

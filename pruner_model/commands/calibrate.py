@@ -62,6 +62,13 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     if args.name is not None and not is_point_name(args.name):
         raise ValueError(f"--name needs 1-{POINT_NAME_MAX_CHARS} characters, got {args.name!r}")
     model_dir = existing_model_dir(args.model)
+    from pruner_model.core.default_model import default_model_path
+
+    if not args.dry_run and model_dir.resolve() == default_model_path().resolve():
+        raise ValueError(
+            f"{model_dir} is the package's default model: copy it first (cp -r {model_dir} runs/mine) "
+            "and calibrate the copy"
+        )
     from pruner_model.core.records import read_jsonl, validate_labeled
 
     records = [

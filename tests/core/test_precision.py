@@ -97,7 +97,7 @@ def test_onednn_isa_cap_turns_native_bf16_off(monkeypatch):
 def test_shipped_configs_choose_precision_from_the_machine():
     from pruner_model.training.config import load_config
 
-    for name in ("quickstart", "reference", "gpu"):
+    for name in ("default", "reference", "gpu", "demo"):
         cfg = load_config(ROOT / "configs" / f"{name}.yaml")
         assert cfg.train.mixed_precision == "auto", name
         assert cfg.calibration.bf16 == "auto", name

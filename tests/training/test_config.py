@@ -28,7 +28,7 @@ def test_overrides_parse_types():
 
 
 def test_shipped_configs_load():
-    for name in ("quickstart", "reference", "gpu"):
+    for name in ("default", "reference", "gpu", "demo", "multilingual"):
         load_config(f"configs/{name}.yaml")
 
 
