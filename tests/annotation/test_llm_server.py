@@ -32,7 +32,10 @@ def squad_groups(n: int, passages: int = 2) -> list[dict]:
     path = Path("data/qa/dev.groups.jsonl")
     if path.is_file():
         out = []
-        for line in path.read_text(encoding="utf-8").splitlines()[:n]:
+        lines = [
+            ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.startswith('{"id": "squad:')
+        ]
+        for line in lines[:n]:  # SQuAD questions: one answer sentence each
             g = json.loads(line)
             g["passages"] = [{**p, "text": p["text"][:450]} for p in g["passages"][:passages]]
             out.append(g)
