@@ -17,6 +17,9 @@ def default_model_path() -> Path:
     return Path(str(resources.files("pruner_model") / "default_model"))
 
 
+DEFAULT_MODEL = default_model_path()  # pruner_model.DEFAULT_MODEL
+
+
 def resolve_default(path: str | Path | None) -> Path | str:
     """``path``, or the default model's folder when ``path`` is None; a one-line error when the
     default is asked for and not installed."""

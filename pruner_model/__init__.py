@@ -17,19 +17,16 @@ import this package.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-# the trained checkpoint that ships inside the package: ContextPruner.from_pretrained() with no
-# argument loads it, and every command's --model defaults to it
-DEFAULT_MODEL = Path(__file__).resolve().parent / "default_model"
 
 # Every public name loads on first use: ``import pruner_model`` imports neither transformers nor
 # torch nor nltk (and, through nltk, scipy). ``PrunerConfig`` registers itself with
 # ``AutoConfig`` when it loads and ``PrunerModel`` with ``AutoModel``; to load a checkpoint with
 # ``AutoModel.from_pretrained``, touch ``pruner_model.PrunerModel`` first.
 _LAZY = {
+    "DEFAULT_MODEL": "pruner_model.core.default_model",  # the folder of the shipped default model
     "IGNORE_INDEX": "pruner_model.core.alignment",
     "Windows": "pruner_model.core.alignment",
     "encode_pairs": "pruner_model.core.alignment",
@@ -53,6 +50,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from pruner_model.core.alignment import IGNORE_INDEX, Windows, encode_pairs, sentence_scores, span_labels
     from pruner_model.core.configuration import PrunerConfig
+    from pruner_model.core.default_model import DEFAULT_MODEL
     from pruner_model.core.modeling import PrunerModel, PrunerOutput, default_backbone_path
     from pruner_model.core.segmentation import Unit, segment
     from pruner_model.inference.pruner import ContextPruner

@@ -75,8 +75,8 @@ def _check(folder: Path) -> dict | None:
     return {"data": "data/qa/heldout.jsonl", "max_groups": report.get("max_groups"), "sets": sets}
 
 
-def _num(x, digits: int = 3) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
+def _num(x) -> str:
+    return "–" if x is None else f"{x:.3f}"
 
 
 def _markdown(rows: dict) -> str:

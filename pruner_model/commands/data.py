@@ -86,7 +86,7 @@ def data_main(argv: list[str] | None = None) -> int:
             "the public QA data sets: pruner data qa --from DIR"
         )
     out = output_folder(args.output)
-    jobs: list[tuple[str, list[tuple[str, Path]]]] = []
+    jobs: list[tuple[str, Path]] = []
     all_answers = {"train": args.train_answers == "all"}
     for spec in args.file:
         path, _, name = spec.partition(":")
@@ -96,31 +96,27 @@ def data_main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"--file {spec}: split name {name!r} must be letters, digits, '_', '.', '-' (a file name in --output)"
             )
-        jobs.append((name, [(name, path)]))
+        jobs.append((name, path))
     report = {}
-    for name, sources in jobs:
-        records, groups = [], []
-        for split, path in sources:
-            paragraphs, questions = load_squad(path, split)
-            r, g = build_groups(
-                paragraphs,
-                questions,
-                args.passages_per_group,
-                args.hard_distractors,
-                args.no_gold_share,
-                args.seed,
-                all_answers=all_answers.get(name, False),
-                mined_distractors=args.mined_distractors if name == "train" else 0,
-            )
-            records += r
-            groups += g
+    for name, path in jobs:
+        paragraphs, questions = load_squad(path, name)
+        records, groups = build_groups(
+            paragraphs,
+            questions,
+            args.passages_per_group,
+            args.hard_distractors,
+            args.no_gold_share,
+            args.seed,
+            all_answers=all_answers.get(name, False),
+            mined_distractors=args.mined_distractors if name == "train" else 0,
+        )
         write_jsonl(out / f"{name}.jsonl", records)
         write_jsonl(out / f"{name}.groups.jsonl", groups)
         kinds = Counter("gold" if r["relevant_spans"] else "negative" for r in records)
         gold_groups = {r["id"].split("/", 1)[0] for r in records if r["relevant_spans"]}
         no_gold = len(groups) - len(gold_groups)
         report[name] = {
-            "splits": [s for s, _ in sources],
+            "splits": [name],
             "groups": len(groups),
             "records": len(records),
             "positives": kinds["gold"],
