@@ -40,6 +40,40 @@ def pad_rows(rows: Sequence[Sequence[int]], fill: int, width: int | None = None)
     return out
 
 
+# Batches are planned from window lengths: padded tokens cost as much as real ones on a CPU and a
+# batch of many long windows leaves the cache (measured with benchmarks/bench_inference.py:
+# docs/serving.md), so a batch holds windows of close lengths and a bounded number of tokens.
+CPU_BATCH_TOKENS = 1024  # padded tokens in one forward call on a CPU
+GPU_BATCH_TOKENS = 1 << 16  # on a GPU, where wide batches pay
+MIN_FILL = 0.8  # real tokens / padded tokens a batch may not fall under (when it holds 2 or more)
+
+
+def plan_batches(
+    lengths: Sequence[int], batch_size: int, max_tokens: int = CPU_BATCH_TOKENS, min_fill: float = MIN_FILL
+) -> list[np.ndarray]:
+    """Window indices in forward calls: longest first, each batch padded only to its own longest
+    window, at most ``batch_size`` windows and ``max_tokens`` padded tokens (a longer window goes
+    alone), and at least ``min_fill`` of its padded tokens real.
+
+    >>> [b.tolist() for b in plan_batches([100, 30, 90, 95, 28], batch_size=8, max_tokens=400)]
+    [[0, 3, 2], [1, 4]]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start, real = 0, 0
+    for i, w in enumerate(order):
+        n = i - start + 1  # windows in the batch if this one joins; the first is the longest
+        longest = int(lengths[order[start]])
+        real += int(lengths[w])
+        if n > 1 and (n > batch_size or n * longest > max_tokens or real < min_fill * n * longest):
+            batches.append(order[start:i])
+            start, real = i, int(lengths[w])
+    if len(order):
+        batches.append(order[start:])
+    return batches
+
+
 def pad_value(name: str, pad_id: int) -> int:
     """What an input is padded with: the tokenizer's pad id for ``input_ids``, else 0."""
     return pad_id if name == "input_ids" else 0
@@ -71,9 +105,11 @@ def score_windows(
     pad_id: int,
     batch_size: int = 32,
     progress_above: int | None = None,
+    max_tokens: int | None = None,
 ) -> WindowScores:
-    """Score every window (longest first, each batch padded only to its own longest window) and
-    turn token probabilities into unit scores of each pair.
+    """Score every window (in the batches of :func:`plan_batches`: longest first, windows of close
+    lengths, each batch padded only to its own longest window) and turn token probabilities into
+    unit scores of each pair.
 
     Args:
         forward: the backend (see module docstring).
@@ -81,8 +117,10 @@ def score_windows(
         bounds: per pair, the ``(starts, ends)`` char offsets of its units (:func:`unit_bounds`).
         input_names: the inputs ``forward`` takes; names the tokenizer did not produce are skipped.
         pad_id: the tokenizer's pad token id.
-        batch_size: windows per forward call.
+        batch_size: at most this many windows per forward call.
         progress_above: show a progress bar (stderr) when there are more windows than this.
+        max_tokens: padded tokens per forward call; None: the backend's ``batch_tokens``
+            (:data:`CPU_BATCH_TOKENS` or :data:`GPU_BATCH_TOKENS`), else the CPU's.
 
     Returns:
         :class:`WindowScores`, ``pairs[i]`` for ``bounds[i]``.
@@ -92,15 +130,15 @@ def score_windows(
     names = [n for n in input_names if n in windows.features]
     probs: list[np.ndarray] = [np.zeros(0)] * len(windows)
     relevance = np.zeros(len(windows))
-    order = np.argsort(-windows.lengths, kind="stable")
     encoder_seconds = 0.0
     bar = None
     if progress_above is not None and len(windows) > progress_above:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(windows), desc="scoring", unit="window")
-    for b in range(0, len(order), batch_size):
-        idx = order[b : b + batch_size]
+    if max_tokens is None:
+        max_tokens = getattr(forward, "batch_tokens", CPU_BATCH_TOKENS)
+    for idx in plan_batches(windows.lengths, batch_size, max_tokens, MIN_FILL):
         batch = {n: pad_rows([windows.features[n][w] for w in idx], pad_value(n, pad_id)) for n in names}
         t = time.perf_counter()
         token_logits, relevance_logits = forward(batch)
@@ -138,6 +176,7 @@ def score_pairs(
     input_names: Sequence[str],
     batch_size: int = 32,
     progress_above: int | None = None,
+    max_tokens: int | None = None,
 ) -> WindowScores:
     """:func:`score_windows` over ``(queries[i], texts[i])`` pairs, windowed as ``config``
     (``max_length``, ``stride``, ``max_query_length``) says."""
@@ -145,4 +184,4 @@ def score_pairs(
         tokenizer, queries, texts, config.max_length, config.stride, config.max_query_length
     )
     pad = tokenizer.pad_token_id or 0
-    return score_windows(forward, windows, bounds, input_names, pad, batch_size, progress_above)
+    return score_windows(forward, windows, bounds, input_names, pad, batch_size, progress_above, max_tokens)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from pruner_model.core.alignment import Windows, encode_pairs, span_labels
 from pruner_model.core.precision import autocast_dtype
-from pruner_model.core.scoring import score_windows
+from pruner_model.core.scoring import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, score_windows
 from pruner_model.evaluation.groups import LabeledGroup
 from pruner_model.evaluation.metrics import ScoredGroup, roc_auc
 
@@ -143,8 +143,14 @@ def _forward(scorer, tokenizer, precision: str, batch_size: int | None):
     if tokenizer is None:
         raise ValueError("scoring a PrunerModel needs its tokenizer")
     dtype = autocast_dtype(precision)  # type: ignore[arg-type]
+
+    def forward(batch):
+        return scorer.predict(batch, dtype=dtype)
+
+    on_cpu = next(scorer.parameters()).device.type == "cpu"
+    forward.batch_tokens = CPU_BATCH_TOKENS if on_cpu else GPU_BATCH_TOKENS  # type: ignore[attr-defined]
     return (
-        lambda batch: scorer.predict(batch, dtype=dtype),
+        forward,
         tokenizer,
         scorer.config,
         TORCH_INPUTS,
