@@ -268,3 +268,28 @@ def sources_markdown(by_source: dict) -> str:
             f"{_pct(r['gold_over_mined'])} | {_pct(r['gold_over_random'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def measure_sample(pruner, records: list[dict], target, confidence, max_groups, seed: int) -> dict:
+    """The sample's groups at the checkpoint's default and at the threshold calibrated on them."""
+    from pruner_model.evaluation.calibration import calibrate_threshold
+    from pruner_model.evaluation.groups import load_range
+
+    cfg = pruner.config
+    target = float(target if target is not None else (cfg.target_evidence or 0.95))
+    groups = load_range(records, seed, 0, max_groups, cfg.segmenter_language, cfg.segmenter_structure)
+    if not groups:
+        raise ValueError("no query groups in the data")
+    _, ruled, default = score_at_default(pruner, groups, progress=True)
+    if not any(g.has_evidence for g in ruled):
+        raise ValueError("no group of the data has an answer sentence: nothing to calibrate on")
+    threshold = float(calibrate_threshold(ruled, target, confidence))
+    return {
+        "groups": len(groups),
+        "with_evidence": sum(g.has_evidence for g in ruled),
+        "target": target,
+        "per_request": not isinstance(default, float),
+        "before": at_threshold(ruled, default, target),
+        "threshold": threshold,
+        "after": at_threshold(ruled, threshold, target),
+    }

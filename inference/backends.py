@@ -7,12 +7,31 @@ pipeline in :mod:`pruner_model.inference.pruner` (windows, selection, results) i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 from pruner_model.core.precision import autocast_dtype, resolve_precision
 from pruner_model.core.scoring import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+
+
+@contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """transformers' weight-loading bars on or off for one load, restored after it (a library
+    that loads a model prints nothing unless asked)."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.is_progress_bar_enabled()
+    if enabled:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
 
 
 class Backend(Protocol):
@@ -60,7 +79,6 @@ class TorchBackend:
         show_progress_bar: bool = False,
     ):
         from pruner_model.core.modeling import PrunerModel
-        from pruner_model.inference.loading import progress_bars
 
         with progress_bars(show_progress_bar):
             model = PrunerModel.from_pretrained(str(path))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
-from pruner_model.inference.results import PruneResult
+if TYPE_CHECKING:  # annotations only: results imports this module to render
+    from pruner_model.inference.results import PruneResult
 
 _STYLE = """
 .pruner{font-family:system-ui,sans-serif;max-width:60rem;line-height:1.5}

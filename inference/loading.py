@@ -2,28 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pruner_model.core.records import error_line
-
-
-@contextmanager
-def progress_bars(enabled: bool) -> Iterator[None]:
-    """transformers' weight-loading bars on or off for one load, restored after it (a library
-    that loads a model prints nothing unless asked)."""
-    from transformers.utils import logging as hf_logging
-
-    before = hf_logging.is_progress_bar_enabled()
-    if enabled:
-        hf_logging.enable_progress_bar()
-    else:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
 
 
 def resolve_model_path(path: str | Path) -> Path:

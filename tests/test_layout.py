@@ -16,6 +16,7 @@ MAY_IMPORT = {
     "inference": {"core"},
     "annotation": {"core"},
     "training": {"core", "evaluation"},
+    "adaptation": {"core", "evaluation", "annotation", "training", "inference"},
     "export": {"core", "evaluation", "inference"},
     "serving": {"core", "evaluation", "inference"},
     "integrations": {"core", "inference"},
@@ -71,6 +72,89 @@ def test_nothing_imports_serving_export_or_the_commands():
         for part, path in modules()
         for name, line in imported_parts(path)
         if name in ("serving", "export", "commands", "cli") and name != part and part != "commands"
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def module_name(part: str, path: Path) -> str:
+    """``pruner_model.<part>.<module>`` of a file (the commands live inside the root package)."""
+    rel = path.relative_to(FOLDERS[part]).with_suffix("")
+    names = [n for n in rel.parts if n != "__init__"]
+    return ".".join(["pruner_model", "commands" if part == "commands" else part, *names])
+
+
+def module_imports(path: Path, known: set[str]) -> set[str]:
+    """The package's modules ``path`` imports, at its top level or inside functions (not those
+    under ``if TYPE_CHECKING:``, which never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+        for n in ast.walk(block)
+    }
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:  # "from pkg import module" names a module; else the module itself
+                full = f"{node.module}.{a.name}"
+                out.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out & known
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(part, path): path for part, path in modules()}
+    return {name: module_imports(path, set(files)) - {name} for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports) as a path, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle between the package's modules, through imports inside functions too."""
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_command_imports_another_command():
+    """Each command module parses its arguments and calls the parts; what two commands share is in
+    ``commands/common.py``."""
+    graph = import_graph()
+    wrong = [
+        f"{name} imports {other}"
+        for name, imported in graph.items()
+        if name.startswith("pruner_model.commands.")
+        for other in imported
+        if other.startswith("pruner_model.commands.") and other != "pruner_model.commands.common"
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -9,7 +9,7 @@ in resumable steps under one output folder:
 3. ``mix``: the published weights blended with the checkpoint's, the share of fine-tuned weights
    chosen on the calibration split and on general text the report does not use, so that general
    text loses at most ``forget_allowance`` of its compression at the promise
-   (:mod:`pruner_model.commands.adapt_mix`);
+   (:mod:`pruner_model.adaptation.mix`);
 4. ``calibrate``: the adapted model's default calibrated on the calibration split beside the
    checkpoint's own calibration slices (its recipe's dev groups, shifted copies and sources), so
    the promise holds on both kinds of text (``calibrate_on="both"``), or on the user's split alone

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from pruner_model.commands.common import add_endpoint_arguments, add_request_arguments, endpoint_settings
 from pruner_model.core.records import write_json
 
 
@@ -60,33 +61,6 @@ def _add_batch_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --batch-api: submit (or check) the batch and return; run again later to ingest it",
     )
-
-
-def add_endpoint_arguments(p: argparse.ArgumentParser) -> None:
-    """Where the OpenAI-compatible endpoint is and which variable holds its key."""
-    p.add_argument("--base-url", default=None, help="endpoint (default: $OPENAI_BASE_URL)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-
-
-def add_request_arguments(p: argparse.ArgumentParser) -> None:
-    """How online requests are sent, retried, bounded and priced."""
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--max-retries", type=int, default=5)
-    p.add_argument(
-        "--max-connection-failures",
-        type=int,
-        default=3,
-        help="stop (resumable, exit 3) when this many groups in a row cannot connect to the endpoint",
-    )
-    p.add_argument("--max-invalid", type=int, default=2, help="extra attempts after an invalid answer")
-    p.add_argument(
-        "--max-prompt-tokens", type=int, default=1500, help="above this estimate: one call per passage"
-    )
-    p.add_argument("--max-tokens", type=int, default=512, help="completion tokens per request")
-    p.add_argument("--structured", choices=["auto", "json_schema", "json_object", "none"], default="auto")
-    p.add_argument("--price-prompt", type=float, default=0.0, help="USD per million prompt tokens")
-    p.add_argument("--price-completion", type=float, default=0.0, help="USD per million completion tokens")
 
 
 def annotate_main(argv: list[str] | None = None) -> int:
@@ -152,32 +126,6 @@ def _settings(args):
     if args.no_wait and not args.batch_api:
         raise ValueError("--no-wait needs --batch-api")
     return endpoint_settings(args, args.model)
-
-
-def endpoint_settings(args, model: str | None, model_flag: str = "--model"):
-    """The labeler's settings from the request arguments (:func:`add_request_arguments`) and the
-    endpoint's ``--base-url`` / ``--api-key-env``, for the LLM ``model``."""
-    from pruner_model.annotation.settings import AnnotatorSettings
-
-    if not model:
-        raise ValueError(f"{model_flag} is required (or set OPENAI_MODEL)")
-    if args.max_connection_failures < 1:
-        raise ValueError("--max-connection-failures must be >= 1")
-    return AnnotatorSettings(
-        model=model,
-        base_url=args.base_url,
-        api_key=os.environ.get(args.api_key_env, ""),  # unset: no key, never another variable's
-        concurrency=args.concurrency,
-        timeout=args.timeout,
-        max_retries=args.max_retries,
-        max_connection_failures=args.max_connection_failures,
-        max_invalid=args.max_invalid,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_tokens=args.max_tokens,
-        structured=args.structured,
-        price_prompt=args.price_prompt,
-        price_completion=args.price_completion,
-    )
 
 
 def _annotate(args, out: Path, summary: dict) -> int | None:

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from pruner_model.commands.common import add_precision_argument, existing_model_dir, load_pruner
+from pruner_model.evaluation.sources import measure_sample
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,45 +78,19 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     pruner = load_pruner(model_dir, args)
     if pruner.precision == "int8":
         raise ValueError("calibrate a full-precision model (an int8 file keeps its own threshold)")
-    result = measure(
+    result = measure_sample(
         pruner, records, args.target_evidence, args.confidence, args.max_groups or None, args.seed
     )
     print(summary(result, args), file=sys.stderr)
     if args.dry_run:
         return 0
-    from pruner_model.commands.evaluate import _write_operating_point, _write_threshold
+    from pruner_model.evaluation.calibrate import write_operating_point, write_threshold
 
     if args.name:
-        _write_operating_point(model_dir, args.name, result["threshold"])
+        write_operating_point(model_dir, args.name, result["threshold"])
     else:
-        _write_threshold(model_dir, pruner, result["threshold"], result["target"])
+        write_threshold(model_dir, pruner, result["threshold"], result["target"])
     return 0
-
-
-def measure(pruner, records: list[dict], target, confidence, max_groups, seed: int) -> dict:
-    """The sample's groups at the checkpoint's default and at the threshold calibrated on them."""
-    from pruner_model.evaluation.calibration import calibrate_threshold
-    from pruner_model.evaluation.groups import load_range
-    from pruner_model.evaluation.sources import at_threshold, score_at_default
-
-    cfg = pruner.config
-    target = float(target if target is not None else (cfg.target_evidence or 0.95))
-    groups = load_range(records, seed, 0, max_groups, cfg.segmenter_language, cfg.segmenter_structure)
-    if not groups:
-        raise ValueError("no query groups in the data")
-    _, ruled, default = score_at_default(pruner, groups, progress=True)
-    if not any(g.has_evidence for g in ruled):
-        raise ValueError("no group of the data has an answer sentence: nothing to calibrate on")
-    threshold = float(calibrate_threshold(ruled, target, confidence))
-    return {
-        "groups": len(groups),
-        "with_evidence": sum(g.has_evidence for g in ruled),
-        "target": target,
-        "per_request": not isinstance(default, float),
-        "before": at_threshold(ruled, default, target),
-        "threshold": threshold,
-        "after": at_threshold(ruled, threshold, target),
-    }
 
 
 def summary(r: dict, args) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +50,16 @@ def existing_model_dir(path: str | None) -> Path:
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model folder not found: {model_dir}")
     return model_dir
+
+
+def number_or_none(text: str) -> float | None:
+    """An argument that is a number, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number in [0, 1] or none, got {text!r}") from None
 
 
 def add_overrides_argument(p: argparse.ArgumentParser, help: str) -> None:
@@ -163,3 +174,85 @@ def summarizer_from_args(args):
         price_prompt=args.summarizer_price[0],
         price_completion=args.summarizer_price[1],
     )
+
+
+def add_endpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the OpenAI-compatible endpoint is and which variable holds its key."""
+    p.add_argument("--base-url", default=None, help="endpoint (default: $OPENAI_BASE_URL)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
+    """How online requests are sent, retried, bounded and priced."""
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--max-retries", type=int, default=5)
+    p.add_argument(
+        "--max-connection-failures",
+        type=int,
+        default=3,
+        help="stop (resumable, exit 3) when this many groups in a row cannot connect to the endpoint",
+    )
+    p.add_argument("--max-invalid", type=int, default=2, help="extra attempts after an invalid answer")
+    p.add_argument(
+        "--max-prompt-tokens", type=int, default=1500, help="above this estimate: one call per passage"
+    )
+    p.add_argument("--max-tokens", type=int, default=512, help="completion tokens per request")
+    p.add_argument("--structured", choices=["auto", "json_schema", "json_object", "none"], default="auto")
+    p.add_argument("--price-prompt", type=float, default=0.0, help="USD per million prompt tokens")
+    p.add_argument("--price-completion", type=float, default=0.0, help="USD per million completion tokens")
+
+
+def endpoint_settings(args, model: str | None, model_flag: str = "--model"):
+    """The labeler's settings from the request arguments (:func:`add_request_arguments`) and the
+    endpoint's ``--base-url`` / ``--api-key-env``, for the LLM ``model``."""
+    from pruner_model.annotation.settings import AnnotatorSettings
+
+    if not model:
+        raise ValueError(f"{model_flag} is required (or set OPENAI_MODEL)")
+    if args.max_connection_failures < 1:
+        raise ValueError("--max-connection-failures must be >= 1")
+    return AnnotatorSettings(
+        model=model,
+        base_url=args.base_url,
+        api_key=os.environ.get(args.api_key_env, ""),  # unset: no key, never another variable's
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        max_retries=args.max_retries,
+        max_connection_failures=args.max_connection_failures,
+        max_invalid=args.max_invalid,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_tokens=args.max_tokens,
+        structured=args.structured,
+        price_prompt=args.price_prompt,
+        price_completion=args.price_completion,
+    )
+
+
+def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
+    c = p.add_argument_group("--corpus: documents to questions, groups and labels")
+    c.add_argument(
+        "--queries", default=None, help="a query log (JSONL of {query}) used instead of written questions"
+    )
+    c.add_argument(
+        "--llm-model", default=None, help="the LLM that writes questions and labels ($OPENAI_MODEL)"
+    )
+    c.add_argument(
+        "--chunk-words", type=int, default=150, help="words a chunk at most; 0: each document as it is"
+    )
+    c.add_argument(
+        "--chunk-overlap", type=int, default=1, help="sentences repeated at the next chunk's start"
+    )
+    c.add_argument("--questions", type=int, default=1000, help="questions to write (default 1000)")
+    c.add_argument("--questions-per-chunk", type=int, default=2, help="questions asked of a sampled chunk")
+    c.add_argument(
+        "--unanswered-share", type=float, default=0.1, help="chunks also asked a question they do not answer"
+    )
+    c.add_argument("--passages", type=int, default=5, help="chunks in a question's group (default 5)")
+    c.add_argument("--bm25", type=int, default=2, help="of them mined by BM25 (default 2)")
+    c.add_argument("--dense", type=int, default=1, help="of them mined by the bundled bi-encoder (default 1)")
+    c.add_argument(
+        "--answerless-share", type=float, default=0.15, help="groups without the question's document"
+    )
+    add_endpoint_arguments(c)
+    add_request_arguments(c)

@@ -112,10 +112,12 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         **settings,
     )
     out = _write_report(args, pruner, report)
+    from pruner_model.evaluation.calibrate import write_operating_point, write_threshold
+
     if args.write_threshold:
-        _write_threshold(model_dir, pruner, float(report["recommended_threshold"]), args.target_evidence)
+        write_threshold(model_dir, pruner, float(report["recommended_threshold"]), args.target_evidence)
     if args.write_operating_point:
-        _write_operating_point(model_dir, args.write_operating_point, float(report["recommended_threshold"]))
+        write_operating_point(model_dir, args.write_operating_point, float(report["recommended_threshold"]))
     print((out / "report.md").read_text(encoding="utf-8"))
     return 0
 
@@ -235,41 +237,3 @@ def _by_source(args, pruner, records: list[dict]) -> int:
     (out / "sources.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
-
-
-def _write_operating_point(model_dir: Path, name: str, value: float) -> None:
-    """The recommended threshold (on the checkpoint's relative floor, as the report measured it)
-    into the folder's config.json as the named operating point ``name`` (replacing one of that
-    name); the checkpoint's own threshold is left as it is."""
-    from pruner_model.core.configuration import PrunerConfig
-    from pruner_model.evaluation.calibrate import Calibration
-
-    floor = PrunerConfig.from_pretrained(str(model_dir)).relative_floor
-    Calibration(operating_points={name: {"threshold": value, "relative_floor": floor}}).save(model_dir)
-    print(
-        f"wrote operating point {name!r} = {value:.4f} into {model_dir / 'config.json'} "
-        f"(prune(..., operating_point={name!r}))",
-        file=sys.stderr,
-    )
-
-
-def _write_threshold(model_dir: Path, pruner, value: float, target: float) -> None:
-    """The recommended threshold into the folder's config.json, with the target it keeps; the
-    threshold was measured on this backend's scores, so int8 scores get the int8 threshold. A
-    full-precision one replaces the per-request threshold: one calibrated on the user's own text
-    is the new default."""
-    from pruner_model.core.configuration import PrunerConfig
-    from pruner_model.evaluation.calibrate import Calibration
-
-    key = "int8_threshold" if pruner.precision == "int8" else "threshold"
-    replaced = key == "threshold" and PrunerConfig.from_pretrained(str(model_dir)).threshold_model is not None
-    # target_evidence is the promise of the fp32 threshold: an int8 threshold leaves it as it is
-    Calibration(**{key: value}, target_evidence=target if key == "threshold" else None).save(model_dir)
-    if replaced:
-        print(
-            "the per-request threshold (threshold_model) is replaced by this one threshold", file=sys.stderr
-        )
-    print(
-        f"wrote {key} {value:.4f} (evidence target {target}) into {model_dir / 'config.json'}",
-        file=sys.stderr,
-    )

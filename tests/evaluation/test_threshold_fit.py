@@ -199,7 +199,7 @@ def test_an_onnx_export_carries_the_per_request_threshold(tiny_checkpoint, tmp_p
 def test_a_threshold_written_from_the_users_own_data_replaces_the_per_request_one(tiny_checkpoint, capsys):
     from types import SimpleNamespace
 
-    from pruner_model.commands.evaluate import _write_threshold
+    from pruner_model.evaluation.calibrate import write_threshold as _write_threshold
 
     path = _banded_checkpoint(tiny_checkpoint)
     _write_threshold(path, SimpleNamespace(precision="fp32"), 0.25, 0.9)
@@ -228,7 +228,7 @@ def test_an_int8_threshold_written_from_the_users_data_leaves_the_fp32_promise(t
     threshold; the fp32 threshold's target and the per-request bands stay as they were."""
     from types import SimpleNamespace
 
-    from pruner_model.commands.evaluate import _write_threshold
+    from pruner_model.evaluation.calibrate import write_threshold as _write_threshold
 
     path = _banded_checkpoint(tiny_checkpoint)
     before = json.loads((path / "config.json").read_text())

@@ -155,7 +155,7 @@ def test_a_blend_is_published_whole_beside_the_fine_tuned_weights(tmp_path, tiny
     import shutil
 
     from pruner_model import ContextPruner
-    from pruner_model.commands.adapt_mix import TRAINED, _publish
+    from pruner_model.adaptation.mix import TRAINED, _publish
 
     out = tmp_path / "adapted"
     shutil.copytree(tiny_checkpoint, out / "model")

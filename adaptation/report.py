@@ -1,38 +1,38 @@
-"""The report step of `pruner adapt`: on the report split (never trained or calibrated on) the
+"""The report step of an adaptation: on the report split (never trained or calibrated on) the
 checkpoint's default, the checkpoint recalibrated on the calibration split alone and the adapted
 model, with what the scores allow at the promise and, given general text, what was forgotten;
 and ``report.md``."""
 
 from __future__ import annotations
 
-import sys
+import string
 from pathlib import Path
 
-from pruner_model.commands.adapt_corpus import corpus_markdown
-from pruner_model.commands.common import load_pruner
 from pruner_model.training.adapt import ENCODER, USER
 
-
-def say(step: str, text: str) -> None:
-    """One line of `pruner adapt`'s progress on stderr."""
-    print(f"[adapt] {step}: {text}", file=sys.stderr, flush=True)
+TEMPLATE = Path(__file__).with_name("report.md")  # report.md's Markdown, $-placeholders
 
 
-def report_step(settings, out: Path, args, state) -> dict:
-    from pruner_model.commands.calibrate import measure
+def report_step(ctx) -> dict:
+    from pruner_model.adaptation.progress import say
     from pruner_model.core.records import read_jsonl
+    from pruner_model.evaluation.sources import measure_sample
+
+    settings, out, state = ctx.settings, ctx.out, ctx.state
 
     cal = read_jsonl(out / "data" / "calibration.jsonl")
     report = read_jsonl(out / "data" / "report.jsonl")
     rows, swept = {}, {"checkpoint": None}
-    base = None if settings.model is None else load_pruner(Path(settings.model), args, say=False)
+    base = None if settings.model is None else ctx.runtime.load(Path(settings.model))
     if base is not None:
-        recal = measure(base, cal, settings.target, settings.confidence, None, settings.seed)["threshold"]
+        recal = measure_sample(base, cal, settings.target, settings.confidence, None, settings.seed)[
+            "threshold"
+        ]
         base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
         rows["checkpoint's default"] = base_on_report["default"]
         rows["checkpoint recalibrated on your calibration split"] = base_on_report["recalibrated"]
         swept["checkpoint"] = base_on_report["swept"]
-    adapted = load_pruner(out / "model", args, say=False)
+    adapted = ctx.runtime.load(out / "model")
     on = (state.calibrate or {}).get("on", "yours")
     # calibrated on both, your split also got a named point of its own: text that is all yours
     own = (adapted.config.operating_points or {}).get(USER) if on == "both" else None
@@ -125,54 +125,58 @@ def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
 
 
 def report_markdown(state) -> str:
-    from pruner_model.commands.adapt_mix import mix_markdown
+    """``report.md``: the template beside this module filled in from ``adapt.json``'s results."""
+    from pruner_model.adaptation.corpus import corpus_markdown
 
     r = state.report
-    lines = [
-        f"# Adaptation report: {state.settings['model'] or ENCODER} on {', '.join(state.settings['labeled'])}",
-        "",
-        "| split | groups | documents | with an answer |",
-        "|---|---|---|---|",
-        *(f"| {s} | {c['groups']} | {c['documents']} | {c['with_answer']} |" for s, c in state.split.items()),
-        "",
-        *(corpus_markdown(state.corpus) if state.corpus else []),
-        *(mix_markdown(state.mix) if state.mix else []),
-        f"{'Fine-tuning' if state.settings['model'] else 'Training'}: {state.train['seconds'] / 60:.1f} "
-        f"minutes. On the report split ({r['report_groups']} "
-        f"groups, never trained or calibrated on), target {r['target']}:",
-        "",
-        "| model | answers kept [95% CI] | compression |",
-        "|---|---|---|",
-    ]
+    rows = []
     for name, m in r["rows"].items():
         ci = (m.get("promise") or {}).get("interval")
         ci_text = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-        lines.append(f"| {name} | {m['evidence_preserved']:.3f}{ci_text} | {m['compression']:.3f} |")
-    swept = r["at_target_swept"]
-    lines += [
-        "",
-        f"Compression at {r['target']} kept with the threshold swept on the report split (what the scores "
-        f"allow): {_pair(swept)}.",
+        rows.append(f"| {name} | {m['evidence_preserved']:.3f}{ci_text} | {m['compression']:.3f} |")
+    before = [
+        *(corpus_markdown(state.corpus) if state.corpus else []),
+        *(mix_markdown(state.mix) if state.mix else []),
     ]
-    if r.get("general"):
-        g = r["general"]
+    return string.Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
+        model=state.settings["model"] or ENCODER,
+        labeled=", ".join(state.settings["labeled"]),
+        splits="\n".join(
+            f"| {s} | {c['groups']} | {c['documents']} | {c['with_answer']} |" for s, c in state.split.items()
+        ),
+        before_training="".join(line + "\n" for line in before),
+        trained="Fine-tuning" if state.settings["model"] else "Training",
+        minutes=f"{state.train['seconds'] / 60:.1f}",
+        groups=r["report_groups"],
+        target=r["target"],
+        rows="\n".join(rows),
+        swept=_pair(r["at_target_swept"]),
+        general="".join("\n" + line for line in _general_lines(state)),
+    )
+
+
+def _general_lines(state) -> list[str]:
+    """What the adaptation forgot of general text, and the defaults there (none without it)."""
+    g = state.report.get("general")
+    if not g:
+        return []
+    lines = [
+        f"On general text ({g['file']}), the same: {_pair(g)}"
+        + (" (a fall here is what the adaptation forgot)." if g["checkpoint"] is not None else ".")
+    ]
+    if g.get("defaults"):  # absent from adapt.json files written without the defaults line
+        kept = {k: v for k, v in g["defaults"].items() if v is not None}
         lines.append(
-            f"On general text ({g['file']}), the same: {_pair(g)}"
-            + (" (a fall here is what the adaptation forgot)." if g["checkpoint"] is not None else ".")
-        )
-        if g.get("defaults"):  # absent from adapt.json files written without the defaults line
-            kept = {k: v for k, v in g["defaults"].items() if v is not None}
-            lines.append(
-                ("There, at each model's default: " if len(kept) > 1 else "There, at its default: ")
-                + ", ".join(
-                    f"{_MODEL[k] if len(kept) == 1 else k} kept {v[0]:.3f} / compression {v[1]:.3f}"
-                    if i == 0
-                    else f"{k} {v[0]:.3f} / {v[1]:.3f}"
-                    for i, (k, v) in enumerate(kept.items())
-                )
-                + _GENERAL_NOTE[(state.calibrate or {}).get("on", "yours")]
+            ("There, at each model's default: " if len(kept) > 1 else "There, at its default: ")
+            + ", ".join(
+                f"{_MODEL[k] if len(kept) == 1 else k} kept {v[0]:.3f} / compression {v[1]:.3f}"
+                if i == 0
+                else f"{k} {v[0]:.3f} / {v[1]:.3f}"
+                for i, (k, v) in enumerate(kept.items())
             )
-    return "\n".join(lines) + "\n"
+            + _GENERAL_NOTE[(state.calibrate or {}).get("on", "yours")]
+        )
+    return lines
 
 
 _GENERAL_NOTE = {  # after the general-text defaults line, by what the default was calibrated on
@@ -190,9 +194,34 @@ _MODEL = {"adapted": "trained model", "checkpoint": "checkpoint"}  # a row's nam
 def _pair(measured: dict) -> str:
     """``checkpoint X, adapted Y`` (``trained model Y`` alone without a checkpoint)."""
     if measured["checkpoint"] is None:
-        return f"trained model {_num(measured['adapted'])}"
-    return f"checkpoint {_num(measured['checkpoint'])}, adapted {_num(measured['adapted'])}"
+        return f"trained model {num(measured['adapted'])}"
+    return f"checkpoint {num(measured['checkpoint'])}, adapted {num(measured['adapted'])}"
 
 
-def _num(x) -> str:
+def num(x) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def mix_markdown(mix: dict) -> list[str]:
+    """The mix step's lines of ``report.md``."""
+    if not mix.get("rows"):
+        return [f"Weights: as trained ({mix['reason']}).", ""]
+    g = mix["general"]
+    share = mix["share"]
+    weights = (
+        "the fine-tuned ones as trained"
+        if share == 1.0
+        else "the checkpoint's as they were"
+        if share == 0.0
+        else f"{share:g} of the fine-tuned ones and {1 - share:g} of the checkpoint's"
+    )
+    lines = [
+        f"Weights: {weights}, chosen as {mix['reason']}. Compression at the promise, threshold swept, on your calibration "
+        f"split and on {g['groups']} groups of {g['file']} that the report below does not use:",
+        "",
+        "| share of fine-tuned weights | your calibration split | general text |",
+        "|---|---|---|",
+    ]
+    rows = sorted(mix["rows"], key=lambda r: -r["share"])
+    lines += [f"| {r['share']:g} | {num(r['yours'])} | {num(r['general'])} |" for r in rows]
+    return [*lines, ""]

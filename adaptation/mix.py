@@ -1,4 +1,4 @@
-"""The ``mix`` step of `pruner adapt`: the published weights become a blend of the fine-tuned
+"""The ``mix`` step of an adaptation: the published weights become a blend of the fine-tuned
 ones and the checkpoint's (:mod:`pruner_model.training.interpolation`), the share chosen on the
 user's calibration split and on general text the report does not use, so that what the
 adaptation forgets of general text stays within ``--forget-allowance``."""
@@ -10,7 +10,8 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from pruner_model.commands.adapt_report import _num, general_records, points, say
+from pruner_model.adaptation.progress import say
+from pruner_model.adaptation.report import general_records, points
 from pruner_model.evaluation.groups import group_of
 from pruner_model.training.adapt import _base_train_config
 
@@ -31,15 +32,15 @@ def general_selection(settings) -> tuple[str, list[dict]] | None:
     return path, general_records(path, settings.general_groups, skip=settings.general_groups)
 
 
-def mix_step(settings, out: Path, args) -> dict:
+def mix_step(ctx) -> dict:
     """Measure the shares :func:`search_shares` visits, choose one, write the blend to
     ``out/model`` (the fine-tuned weights moved to ``out/model.trained``), and return what was
     measured."""
-    from pruner_model.commands.common import load_pruner
     from pruner_model.core.modeling import PrunerModel
     from pruner_model.core.records import read_jsonl
     from pruner_model.training.interpolation import Measured, choose_share, interpolated, search_shares
 
+    settings, out = ctx.settings, ctx.out
     if settings.forget_allowance is None:
         return {"share": 1.0, "reason": "--forget-allowance none: the fine-tuned weights as trained"}
     general = general_selection(settings)
@@ -54,7 +55,7 @@ def mix_step(settings, out: Path, args) -> dict:
     general_file, general_recs = general
     tuned_dir = out / TRAINED if (out / TRAINED).is_dir() else out / "model"  # a blend half-written before
     yours = read_jsonl(out / "data" / "calibration.jsonl")
-    pruner = load_pruner(tuned_dir, args, say=False)
+    pruner = ctx.runtime.load(tuned_dir)
     model = pruner.backend.model
     tuned = {k: v.detach().clone() for k, v in model.state_dict().items()}
     start = PrunerModel.from_pretrained(settings.model).state_dict()
@@ -93,28 +94,3 @@ def _publish(model, tuned_dir: Path, out: Path) -> None:
     else:
         shutil.rmtree(out / "model", ignore_errors=True)
     os.replace(staging, out / "model")
-
-
-def mix_markdown(mix: dict) -> list[str]:
-    """The mix step's lines of ``report.md``."""
-    if not mix.get("rows"):
-        return [f"Weights: as trained ({mix['reason']}).", ""]
-    g = mix["general"]
-    share = mix["share"]
-    weights = (
-        "the fine-tuned ones as trained"
-        if share == 1.0
-        else "the checkpoint's as they were"
-        if share == 0.0
-        else f"{share:g} of the fine-tuned ones and {1 - share:g} of the checkpoint's"
-    )
-    lines = [
-        f"Weights: {weights}, chosen as {mix['reason']}. Compression at the promise, threshold swept, on your calibration "
-        f"split and on {g['groups']} groups of {g['file']} that the report below does not use:",
-        "",
-        "| share of fine-tuned weights | your calibration split | general text |",
-        "|---|---|---|",
-    ]
-    rows = sorted(mix["rows"], key=lambda r: -r["share"])
-    lines += [f"| {r['share']:g} | {_num(r['yours'])} | {_num(r['general'])} |" for r in rows]
-    return [*lines, ""]

@@ -1,5 +1,5 @@
-"""`pruner adapt --corpus`: the steps that turn a folder of documents into labeled records before
-`pruner adapt` splits, fine-tunes, calibrates and reports, each resumable under ``OUTPUT/data``:
+"""The corpus steps of an adaptation (``--corpus``): a folder of documents turned into labeled
+records before the split, fine-tuning, calibration and report, each resumable under ``OUTPUT/data``:
 
 1. ``chunks``: the documents read and cut as a retriever would (``chunks.jsonl``);
 2. ``questions``: questions written for a seeded sample of chunks through the OpenAI-compatible
@@ -14,44 +14,9 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
-import time
 from pathlib import Path
-
-CORPUS_STEPS = ("chunks", "questions", "groups", "labels")
-
-
-def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
-    from pruner_model.commands.annotate import add_endpoint_arguments, add_request_arguments
-
-    c = p.add_argument_group("--corpus: documents to questions, groups and labels")
-    c.add_argument(
-        "--queries", default=None, help="a query log (JSONL of {query}) used instead of written questions"
-    )
-    c.add_argument(
-        "--llm-model", default=None, help="the LLM that writes questions and labels ($OPENAI_MODEL)"
-    )
-    c.add_argument(
-        "--chunk-words", type=int, default=150, help="words a chunk at most; 0: each document as it is"
-    )
-    c.add_argument(
-        "--chunk-overlap", type=int, default=1, help="sentences repeated at the next chunk's start"
-    )
-    c.add_argument("--questions", type=int, default=1000, help="questions to write (default 1000)")
-    c.add_argument("--questions-per-chunk", type=int, default=2, help="questions asked of a sampled chunk")
-    c.add_argument(
-        "--unanswered-share", type=float, default=0.1, help="chunks also asked a question they do not answer"
-    )
-    c.add_argument("--passages", type=int, default=5, help="chunks in a question's group (default 5)")
-    c.add_argument("--bm25", type=int, default=2, help="of them mined by BM25 (default 2)")
-    c.add_argument("--dense", type=int, default=1, help="of them mined by the bundled bi-encoder (default 1)")
-    c.add_argument(
-        "--answerless-share", type=float, default=0.15, help="groups without the question's document"
-    )
-    add_endpoint_arguments(c)
-    add_request_arguments(c)
 
 
 def corpus_settings(args) -> dict:
@@ -86,29 +51,9 @@ def corpus_settings(args) -> dict:
     }
 
 
-def run_corpus_steps(settings, state, out: Path, args, until: str | None, say) -> bool:
-    """Run the corpus steps not yet in ``state.corpus`` (saving it after each); False when
-    stopped after ``until``. Raises :class:`~pruner_model.annotation.llm.EndpointDown` when the
-    endpoint stays down (what was written is kept; the same command resumes)."""
-    c = settings.corpus
-    data = out / "data"
+def chunks(ctx) -> dict:
+    c, data = ctx.settings.corpus, ctx.data
     data.mkdir(parents=True, exist_ok=True)
-    state.corpus = state.corpus or {}
-    steps = {"chunks": _chunks, "questions": _questions, "groups": _groups, "labels": _labels}
-    for step in CORPUS_STEPS:
-        if step not in state.corpus:
-            t0 = time.perf_counter()
-            result = steps[step](c, data, args, settings.seed)
-            result["seconds"] = round(time.perf_counter() - t0, 1)
-            state.corpus[step] = result
-            state.save(out)
-        say(step, ", ".join(f"{k} {v}" for k, v in state.corpus[step].items() if not isinstance(v, dict)))
-        if step == until:
-            return False
-    return True
-
-
-def _chunks(c: dict, data: Path, args, seed: int) -> dict:
     from pruner_model.annotation.corpus import ChunkSettings, chunk_corpus, read_corpus
     from pruner_model.core.records import write_jsonl
 
@@ -118,17 +63,11 @@ def _chunks(c: dict, data: Path, args, seed: int) -> dict:
     return {"documents": len(docs), "chunks": len(chunks)}
 
 
-def _llm(c: dict, args):
-    from pruner_model.commands.annotate import endpoint_settings
-
-    return endpoint_settings(args, c["llm_model"], "--llm-model")
-
-
-def _questions(c: dict, data: Path, args, seed: int) -> dict:
-    from tqdm.auto import tqdm
-
+def questions(ctx) -> dict:
+    c, data, seed = ctx.settings.corpus, ctx.data, ctx.settings.seed
     from pruner_model.annotation.questions import QuestionWriter, chunk_group
     from pruner_model.core.records import read_jsonl, write_jsonl
+    from tqdm.auto import tqdm
 
     if c["queries"]:
         log = read_jsonl(c["queries"])
@@ -140,7 +79,7 @@ def _questions(c: dict, data: Path, args, seed: int) -> dict:
         return {"logged queries": len(questions)}
     chunks = read_jsonl(data / "chunks.jsonl")
     sampled = random.Random(seed).sample(chunks, min(len(chunks), math.ceil(c["questions"] / c["per_chunk"])))
-    writer = QuestionWriter(_llm(c, args), c["per_chunk"], c["unanswered_share"], seed)
+    writer = QuestionWriter(ctx.runtime.llm(c["llm_model"]), c["per_chunk"], c["unanswered_share"], seed)
     writer.open_cache(data / "questions.cache.jsonl")
     raw = data / "questions.raw.jsonl"
     with tqdm(total=len(sampled), desc="writing questions", unit="chunk") as bar:
@@ -167,12 +106,12 @@ def _questions(c: dict, data: Path, args, seed: int) -> dict:
     }
 
 
-def _groups(c: dict, data: Path, args, seed: int) -> dict:
-    from tqdm.auto import tqdm
-
+def groups(ctx) -> dict:
+    c, data, seed = ctx.settings.corpus, ctx.data, ctx.settings.seed
     from pruner_model.annotation.mining import GroupSettings, build_groups, filter_questions
     from pruner_model.core.biencoder import BiEncoder
     from pruner_model.core.records import read_jsonl, write_jsonl
+    from tqdm.auto import tqdm
 
     chunks = read_jsonl(data / "chunks.jsonl")
     questions = read_jsonl(data / "questions.jsonl")
@@ -192,15 +131,15 @@ def _groups(c: dict, data: Path, args, seed: int) -> dict:
     }
 
 
-def _labels(c: dict, data: Path, args, seed: int) -> dict:
-    from tqdm.auto import tqdm
-
+def labels(ctx) -> dict:
+    c, data = ctx.settings.corpus, ctx.data
     from pruner_model.annotation.llm import Annotator
     from pruner_model.annotation.mining import confirm
     from pruner_model.core.records import read_jsonl, write_jsonl
+    from tqdm.auto import tqdm
 
     groups = read_jsonl(data / "groups.jsonl")
-    annotator = Annotator(_llm(c, args))
+    annotator = Annotator(ctx.runtime.llm(c["llm_model"]))
     annotator.open_cache(data / "labels.cache.jsonl")
     raw = data / "labels.raw.jsonl"
     with tqdm(total=len(groups), desc="labeling", unit="group") as bar:
@@ -217,7 +156,7 @@ def _labels(c: dict, data: Path, args, seed: int) -> dict:
 
 def corpus_markdown(corpus: dict) -> list[str]:
     """The corpus steps' lines of the adaptation report."""
-    ch, q, g, lab = (corpus.get(s) or {} for s in CORPUS_STEPS)
+    ch, q, g, lab = (corpus.get(s) or {} for s in STEPS)
     spent = [x.get("accounting") or {} for x in (q, lab)]
     tokens = sum(a.get("prompt_tokens", 0) + a.get("completion_tokens", 0) for a in spent)
     cost = sum(a.get("estimated_cost", 0.0) for a in spent)
@@ -240,3 +179,6 @@ def corpus_markdown(corpus: dict) -> list[str]:
         f"estimated ${cost:.4f}; {sum(s.get('seconds', 0) for s in (q, lab)) / 60:.1f} minutes.",
         "",
     ]
+
+
+STEPS = {"chunks": chunks, "questions": questions, "groups": groups, "labels": labels}  # in order

@@ -1,0 +1,219 @@
+"""The steps of an adaptation in order, each a function of one :class:`Context` returning what it
+measured, and :func:`run`, the one place that skips a step whose result ``adapt.json`` holds,
+runs it otherwise and saves its result:
+
+1. with documents (``settings.corpus``): ``chunks``, ``questions``, ``groups``, ``labels``
+   (:mod:`pruner_model.adaptation.corpus`);
+2. ``split``: the labeled query groups cut by document (:func:`pruner_model.training.adapt.split_records`);
+3. ``train``: fine-tuning with replay, or new heads on the bundled encoder;
+4. ``mix``: the published weights blended with the checkpoint's (:mod:`pruner_model.adaptation.mix`);
+5. ``calibrate``: the default calibrated on the calibration split, beside the checkpoint's own
+   calibration slices where its recipe's files are here;
+6. ``report``: the report split measured (:mod:`pruner_model.adaptation.report`), then ``report.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pruner_model.adaptation.progress import say
+from pruner_model.training.adapt import ENCODER, USER, AdaptSettings, AdaptState
+
+CORPUS_STEPS = ("chunks", "questions", "groups", "labels")
+STEPS = ("split", "train", "mix", "calibrate", "report")
+
+
+@dataclass
+class Runtime:
+    """What the steps need from their caller: ``load`` a checkpoint folder as a
+    :class:`~pruner_model.inference.ContextPruner` (backend and precision as the user asked), and
+    ``llm``, the LLM endpoint's settings for a model name (asked for only by the corpus steps that
+    call it, so a resumed run past them needs no endpoint)."""
+
+    load: Callable[[Path], object]
+    llm: Callable[[str | None], object] | None = None
+
+
+@dataclass
+class Context:
+    """One adaptation: its settings, output folder, runtime and the state the steps fill in."""
+
+    settings: AdaptSettings
+    out: Path
+    runtime: Runtime
+    state: AdaptState
+
+    @property
+    def data(self) -> Path:
+        return self.out / "data"
+
+
+def run(settings: AdaptSettings, runtime: Runtime, until: str | None = None) -> AdaptState | None:
+    """Every step not yet in ``OUTPUT/adapt.json``, in order, saving each result as it comes;
+    ``OUTPUT/report.md`` at the end. Returns the finished state, or None when stopped after
+    ``until``. Raises :class:`~pruner_model.annotation.llm.EndpointDown` when the LLM endpoint
+    stays down (what was written is kept: the same call resumes)."""
+    from pruner_model.adaptation import corpus, report
+    from pruner_model.training.adapt import split_records
+
+    out = Path(settings.output)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = Context(settings, out, runtime, AdaptState.load(out, settings))
+    steps: dict[str, Callable[[Context], dict]] = {
+        "split": lambda c: split_records(c.settings, c.out),
+        "train": train,
+        "mix": mix,
+        "calibrate": calibrate,
+        "report": report.report_step,
+    }
+    if settings.corpus:
+        steps = {**corpus.STEPS, **steps}
+    for step, fn in steps.items():
+        if _result(ctx.state, step) is None:
+            t0 = time.perf_counter()
+            result = fn(ctx)
+            if step in CORPUS_STEPS:
+                result["seconds"] = round(time.perf_counter() - t0, 1)
+            _store(ctx.state, step, result)
+            ctx.state.save(out)
+        _say_result(ctx.state, step)
+        if step == until:
+            return None
+    text = report.report_markdown(ctx.state)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    return ctx.state
+
+
+def _result(state: AdaptState, step: str) -> dict | None:
+    if step in CORPUS_STEPS:
+        return (state.corpus or {}).get(step)
+    return getattr(state, step)
+
+
+def _store(state: AdaptState, step: str, result: dict) -> None:
+    if step in CORPUS_STEPS:
+        state.corpus = {**(state.corpus or {}), step: result}
+    else:
+        setattr(state, step, result)
+
+
+def _say_result(state: AdaptState, step: str) -> None:
+    """The line a finished (or found finished) step prints."""
+    if step in CORPUS_STEPS:
+        say(step, ", ".join(f"{k} {v}" for k, v in state.corpus[step].items() if not isinstance(v, dict)))
+    elif step == "split":
+        say(
+            "split",
+            ", ".join(
+                f"{s} {c['groups']} groups ({c['documents']} documents)" for s, c in state.split.items()
+            ),
+        )
+
+
+def train(ctx: Context) -> dict:
+    """Fine-tune (or train new heads) on the train split; resumes a trainer interrupted before."""
+    import yaml
+    from pruner_model.training.adapt import training_config
+    from pruner_model.training.config import load_config
+    from pruner_model.training.trainer import train as train_run
+
+    settings, out = ctx.settings, ctx.out
+    config_path = out / "train_config.yaml"
+    config = training_config(settings, out, ctx.state.split["train"]["groups"])
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    cfg = load_config(config_path, settings.overrides)
+    run_dir = out / "model"
+    resume = (Path(str(run_dir) + ".trainer") / "last").exists()
+    what = f"fine-tuning {settings.model}" if settings.model else f"training new heads on {ENCODER}"
+    say("train", f"{what} ({'resumed' if resume else 'config ' + str(config_path)})")
+    t0 = time.perf_counter()
+    metrics = train_run(cfg, str(run_dir), resume=resume)
+    if metrics.get("interrupted"):
+        raise KeyboardInterrupt
+    return {"seconds": round(time.perf_counter() - t0, 1), "steps": metrics.get("best_step")}
+
+
+def mix(ctx: Context) -> dict:
+    from pruner_model.adaptation.mix import mix_step
+
+    if ctx.state.calibrate is not None:  # calibrated already: blending now would void its threshold
+        return {"share": 1.0, "reason": "this adaptation was calibrated without a mix step"}
+    if ctx.settings.model is None:
+        return {"share": 1.0, "reason": f"started from {ENCODER}: no checkpoint to blend with"}
+    return mix_step(ctx)
+
+
+def calibrate(ctx: Context) -> dict:
+    """The checkpoint's own calibration with the user's split as one more slice (``both``, where
+    its recipe's files are here), else one threshold on the user's calibration split."""
+    from pruner_model.core.records import read_jsonl
+    from pruner_model.evaluation.calibrate import write_threshold
+    from pruner_model.evaluation.sources import measure_sample
+
+    settings, out = ctx.settings, ctx.out
+    if settings.calibrate_on == "both":
+        done = _calibrate_with_general(settings, out)
+        if done is not None:
+            return done
+        say(
+            "calibrate",
+            f"{settings.model} has no calibration recipe here (its train_config.yaml's dev and calibration "
+            "files): calibrating on your split alone",
+        )
+    records = read_jsonl(ctx.data / "calibration.jsonl")
+    pruner = ctx.runtime.load(out / "model")
+    result = measure_sample(pruner, records, settings.target, settings.confidence, None, settings.seed)
+    write_threshold(out / "model", pruner, result["threshold"], result["target"])
+    say("calibrate", f"threshold {result['threshold']:.4f} on {result['groups']} calibration groups")
+    return {
+        "on": "yours",
+        "threshold": result["threshold"],
+        "target": result["target"],
+        "groups": result["groups"],
+    }
+
+
+def _calibrate_with_general(settings: AdaptSettings, out: Path) -> dict | None:
+    """The checkpoint's own calibration (training's, every slice of its recipe) run on the adapted
+    model with the user's calibration split as one more source; None without a recipe to run."""
+    import yaml
+    from pruner_model.core.configuration import save_config
+    from pruner_model.core.modeling import PrunerModel
+    from pruner_model.training.adapt import general_calibration_config
+    from pruner_model.training.calibration import calibrate as calibrate_model
+    from pruner_model.training.config import load_config
+    from pruner_model.training.data import read_records
+    from transformers import AutoTokenizer
+
+    recipe = general_calibration_config(settings, out)
+    if recipe is None:
+        return None
+    path = out / "calibrate_config.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
+    cfg = load_config(path, settings.overrides)
+    alone = settings.model is None  # no checkpoint, no slices of its own: your split and its shifted copies
+    beside = "its shifted copies" if alone else ", ".join(cfg.data.dev + cfg.data.calibration_sources[:-1])
+    say("calibrate", f"on your calibration split beside {beside}")
+    model = PrunerModel.from_pretrained(str(out / "model")).eval()
+    dev, _ = read_records(cfg.data.dev, None, cfg.data.dedup, cfg.data.seed)
+    metrics = calibrate_model(model, AutoTokenizer.from_pretrained(str(out / "model")), cfg, dev)
+    if metrics is None:
+        return None
+    save_config(model.config, out / "model")
+    c = model.config
+    say(
+        "calibrate",
+        ("a per-request threshold; " if c.threshold_model else "")
+        + f"one threshold {c.threshold:.4f} holds on every slice"
+        + (f'; your split\'s own point "{USER}"' if USER in (c.operating_points or {}) else ""),
+    )
+    return {
+        "on": "recipe" if alone else "both",
+        "threshold": c.threshold,
+        "target": c.target_evidence,
+        "per_request": c.threshold_model is not None,
+        "slice_thresholds": metrics.get("slice_thresholds", {}),
+    }
