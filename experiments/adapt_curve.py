@@ -2,9 +2,10 @@
 groups, from the ``adapt.json`` of runs that differ only in ``--max-train-groups`` (same labeled
 file, same split); one panel per labeled file:
 
-    python experiments/adapt_curve.py /tmp/adapt_nq100 /tmp/adapt_nq300 /tmp/adapt_nq \\
-        /tmp/adapt_multirc100 /tmp/adapt_multirc300 /tmp/adapt_multirc \\
-        /tmp/adapt_quoref100 /tmp/adapt_quoref300 /tmp/adapt_quoref --output docs/adapt_curve.png
+    python experiments/adapt_curve.py runs/adapt_covidqa_200 runs/adapt_covidqa_600 runs/adapt_covidqa \\
+        --output docs/adapt_curve.png
+
+Prints the table and writes the figure to ``--output``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ starting checkpoint, on the folder's report split and on the general groups its 
 (never the ones the mix step chose on). Compression at the promise with the threshold swept on
 each set, so the three rows differ only in their weights:
 
-    python experiments/adapt_mix_eval.py /tmp/lo/adapt_nq /tmp/lo/adapt_multirc /tmp/lo/adapt_quoref
+    python experiments/adapt_mix_eval.py runs/adapt_friendsqa runs/adapt_covidqa
+
+Prints one table row per folder and weights.
 
 A folder whose mix kept the weights as trained has no ``model.trained``: its row is printed once.
 """
@@ -14,12 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
+from pruner_model.adaptation.report import general_records, points
 from pruner_model.core.records import read_jsonl
-
-from pruner_model.commands.adapt_report import general_records, points
-from pruner_model.commands.common import load_pruner
+from pruner_model.inference import ContextPruner
 
 
 def evaluate(folder: Path, backend: str = "auto") -> list[dict]:
@@ -33,14 +33,13 @@ def evaluate(folder: Path, backend: str = "auto") -> list[dict]:
         if settings.get("general_dev")
         else []
     )
-    args = SimpleNamespace(backend=backend, dtype=None, quantized=None)
     models = {"checkpoint": Path(settings["model"])}
     if (folder / "model.trained").is_dir():
         models["fine-tuned, as trained"] = folder / "model.trained"
     models[f"published (share {mix.get('share', 1.0):g})"] = folder / "model"
     rows = []
     for name, path in models.items():
-        pruner = load_pruner(path, args, say=False)
+        pruner = ContextPruner.from_pretrained(path, backend=backend)
         mine = points(pruner, report, {}, settings.get("target"))
         rows.append(
             {

@@ -1,10 +1,10 @@
 """Does the untrained bi-encoder (the bundled all-MiniLM-L6-v2, cosine of mean-pooled embeddings)
 add passage discrimination to a trained pruner's relevance head? Scores the selection groups
-(groups 200-599 of each source of ``data/mix/calibration.jsonl``, nyt 2000-2399) with both once
-(cached under ``--cache``), then reports gold first / gold > random / compression at 95% and 97%
+(groups 300-599 of each source of ``data/qa/calibration.jsonl``) with both once (cached under
+``--cache``), then prints gold first / gold > random / compression at 95% and 97%
 kept for combinations of the two:
 
-    python experiments/biencoder_ensemble.py --model runs/quickstart
+    python experiments/biencoder_ensemble.py --model runs/default
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pruner_model.evaluation.groups import load_range, records_by_source
 from pruner_model.evaluation.scorer import score_groups
 from pruner_model.evaluation.sources import source_metrics, with_roles
 
-SPLITS = (("data/mix/calibration.jsonl", 200), ("data/squad/dev.jsonl", 2000))
+SPLITS = (("data/qa/calibration.jsonl", 300),)  # (file, first group of each source's permutation)
 
 
 def load(model: str, groups_per_source: int, cache: Path):
@@ -71,7 +71,7 @@ def combine(raw, cos, lam: float, tau: float, mode: str, sent_beta: float = 0.0)
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
-    p.add_argument("--groups", type=int, default=400)
+    p.add_argument("--groups", type=int, default=300, help="groups per source")
     p.add_argument("--cache", type=Path, default=Path("reports/biencoder_ensemble.pkl"))
     p.add_argument("--exponents", default="0.25,0.5,1.0")
     args = p.parse_args()

@@ -1,6 +1,6 @@
 """How each relative floor's calibrated threshold carries over to unseen dev groups.
 
-    python experiments/calibration_floors.py --model runs/reference [--data data/squad/dev.jsonl]
+    python experiments/calibration_floors.py --model runs/reference [--data data/qa/dev.jsonl]
         [--exponents 0,0.25,0.5,1] [--calibration-groups 4000] [--report-start 6000]
 
 Scores the calibration slice and the report slice that ``pruner train`` uses (same seeded
@@ -22,7 +22,7 @@ from pathlib import Path
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="checkpoint folder")
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument("--target", type=float, default=0.97)
     ap.add_argument("--calibration-groups", type=int, default=2000)
     ap.add_argument("--report-groups", type=int, default=2000)

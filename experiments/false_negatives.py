@@ -4,17 +4,17 @@
 * with SQuAD-style records (``meta.answers``: character spans of the gold answers), a negative that
   contains a gold answer string of 2 words or more.
 
-    python experiments/false_negatives.py data/squad/train.jsonl data/mix/train.jsonl data/mix/calibration.jsonl
+    python experiments/false_negatives.py data/qa/train.jsonl data/qa/calibration.jsonl
 
-Per source and per role of the negative (``meta.role`` or, for SQuAD, whether it was a mined
-"hard" distractor).
+Prints the counts per source and per role of the negative (``meta.role`` or, for SQuAD, whether it
+was a mined "hard" distractor).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 from collections import Counter, defaultdict
 
 
@@ -57,8 +57,10 @@ def audit(path: str, stats: dict) -> None:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("files", nargs="+", help="labeled records (JSONL), e.g. data/qa/train.jsonl")
     stats: dict[str, Counter] = defaultdict(Counter)
-    for path in sys.argv[1:]:
+    for path in p.parse_args().files:
         audit(path, stats)
     for source, c in sorted(stats.items()):
         share = c["groups with such a negative"] / max(1, c["groups with evidence"])

@@ -1,7 +1,7 @@
 """SmoothQuant-style smoothing of each layer's feed-forward output projection, then dynamic int8.
 
     python experiments/int8_smoothing.py --export DIR [--alpha 0.8] [--valonly]
-        [--data data/mix/dev.jsonl] [--work /tmp/int8-smoothing]
+        [--data data/qa/dev.jsonl] [--work /tmp/int8-smoothing]
 
 The input of each ``layer.N/output/dense`` MatMul of the export's fp32 graph (the GELU output,
 whose outlier channels a per-tensor activation scale loses) is divided per channel by
@@ -41,7 +41,7 @@ def main() -> int:
     ap.add_argument("--export", required=True, help="export folder holding model.onnx")
     ap.add_argument("--alpha", type=float, default=0.8)
     ap.add_argument("--valonly", action="store_true", help="channel maxima from the validation pairs alone")
-    ap.add_argument("--data", default="data/mix/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument("--work", default="/tmp/int8-smoothing")
     args = ap.parse_args()
     src = Path(args.export)

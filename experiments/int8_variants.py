@@ -1,6 +1,6 @@
 """Which int8 quantization keeps an export's keep/drop decisions: a side-by-side check.
 
-    python experiments/int8_variants.py --export runs/reference-onnx [--data data/squad/dev.jsonl]
+    python experiments/int8_variants.py --export runs/reference-onnx [--data data/qa/dev.jsonl]
         [--groups 100] [--work /tmp/int8-variants]
 
 Quantizes the fp32 ``model.onnx`` of an export folder (``pruner export`` without ``--quantize``)
@@ -52,7 +52,7 @@ def quantize_static_qdq(fp32_path: Path, int8_path: Path, batches: list[dict]) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--export", required=True, help="export folder holding model.onnx")
-    ap.add_argument("--data", default="data/squad/dev.jsonl")
+    ap.add_argument("--data", default="data/qa/dev.jsonl")
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="the training config's data.seed")
     ap.add_argument("--work", default="/tmp/int8-variants", help="scratch folder for the variants")

@@ -1,10 +1,10 @@
 """The per-request threshold (docs/design.md) against one threshold: fitted on a checkpoint's
 calibration slices, measured on the held-back splits, from one cache of scored groups.
 
-    python experiments/request_thresholds.py score --model runs/quickstart --cache /tmp/rt.pkl
+    python experiments/request_thresholds.py score --model runs/default --cache /tmp/rt.pkl
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl   # the choice, calibration only
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
-    python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/quickstart  # its gate's cost
+    python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/default  # its gate's cost
     python experiments/request_thresholds.py cosines --cache /tmp/rt.pkl --cosines /tmp/cos.pkl
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl --cosines /tmp/cos.pkl --fuse 1:0.1:abs
 
@@ -14,10 +14,11 @@ measures the threshold model with each passage's relevance fused with its best s
 sigmoid(logit(relevance) + W * term / TAU), term = cosine - 0.3 (``abs``) or cosine - the request's
 best passage's (``rel``), with relevance gates up to 0.3 tried.
 
-Calibration slices: nyt dev groups 0-999 (with the noisy, mined, low-overlap and low-overlap+noisy
-copies the training calibration builds) and every source of ``data/mix/calibration.jsonl`` (groups
-0-599). Report slices: each source of ``data/mix/dev.jsonl`` (groups 0-599), nyt groups 6000-6399
-and their noisy and mined copies, the low-overlap questions of nyt groups 6000-7999.
+Calibration slices: every source of ``data/qa/calibration.jsonl`` (groups 0-299 of each source's
+permutation), the noisy, mined and low-overlap+noisy copies of the file's first 300 groups and the
+low-overlap questions of its first 1,000 (the copies the training calibration builds). Report
+slices: the same of ``data/qa/dev.jsonl`` (the training sets' held-back documents). ``score``
+writes the cache; the other commands print their tables.
 """
 
 from __future__ import annotations
@@ -39,35 +40,31 @@ def score(args) -> None:
 
     pruner = ContextPruner.from_pretrained(args.model, dtype="auto")
     cfg = pruner.config
-    nyt = read_jsonl("data/squad/dev.jsonl")
 
-    def nyt_slices(start, n, n_low, prefix):
-        out = {}
-        ids = range_ids((group_of(r) for r in nyt), 0, start, start + n)
-        first = range_ids((group_of(r) for r in nyt), 0, start, start + min(n, 300 if prefix == "cal" else n))
-        low_ids = range_ids((group_of(r) for r in nyt), 0, start, start + n_low)
-        out["nyt"] = build_shift("as_is", nyt, 0, ids)
-        out["nyt noisy"] = build_shift("noisy", nyt, 0, first)
-        out["nyt mined"] = build_shift("mined", nyt, 0, first)
-        out["nyt low_overlap"] = build_shift("low_overlap", nyt, 0, low_ids)
-        if prefix == "cal":
-            out["nyt low_overlap+noisy"] = build_shift("low_overlap+noisy", nyt, 0, ids)
-        return {k: load_groups(with_roles(v)) for k, v in out.items()}
+    def slices(path, per_source, shifted, n_low, part):
+        """Each source's first ``per_source`` groups, and shifted copies of the file's first
+        ``shifted`` groups (its seeded permutation; low-overlap questions of the first ``n_low``)."""
+        records = read_jsonl(path)
+        keys = [group_of(r) for r in records]
+        ids, low_ids = range_ids(keys, 0, 0, shifted), range_ids(keys, 0, 0, n_low)
+        out = {f"{part} {kind}": build_shift(kind, records, 0, ids) for kind in ("noisy", "mined")}
+        out[f"{part} low_overlap"] = build_shift("low_overlap", records, 0, low_ids)
+        if part == "cal":
+            out["cal low_overlap+noisy"] = build_shift("low_overlap+noisy", records, 0, ids)
+        groups = {k: load_groups(with_roles(v)) for k, v in out.items()}
+        for src, recs in sorted(records_by_source(with_roles(records)).items()):
+            groups[src] = load_range(recs, 0, 0, per_source)
+        return groups
 
     cache = {
         "rule": {k: getattr(cfg, k) for k in ("relative_floor", "relevance_exponent", "relevance_contrast")}
     }
     cache["threshold"] = cfg.threshold
     cache["operating_points"] = getattr(cfg, "operating_points", None)
-    for part, path, nyt_range in (
-        ("cal", "data/mix/calibration.jsonl", (0, 1000, 1000)),
-        ("report", "data/mix/dev.jsonl", (6000, 400, 2000)),
-    ):
-        slices = nyt_slices(*nyt_range, part)
-        for src, recs in sorted(records_by_source(with_roles(read_jsonl(path))).items()):
-            slices[src] = load_range(recs, 0, 0, 600)
+    parts = [("cal", "data/qa/calibration.jsonl", 300, 1000), ("report", "data/qa/dev.jsonl", 300, 1000)]
+    for part, path, per_source, shifted in parts:
         out = {}
-        for name, groups in slices.items():
+        for name, groups in slices(path, per_source, min(per_source, 300), shifted, part).items():
             scored = score_groups(pruner, groups).groups
             out[name] = (groups, scored)
             print(part, name, len(groups), flush=True)

@@ -2,8 +2,8 @@
 relative floor) by what each source keeps at 95% of answers: compression, and the share of random
 and mined passages' tokens kept. For choosing settings on a split that is not reported on, e.g.
 
-    python experiments/score_rules_by_source.py --model runs/qs-mix \
-        --data data/mix/calibration.jsonl@200 data/squad/dev.jsonl@2000 --max-groups 400
+    python experiments/score_rules_by_source.py --model runs/default \
+        --data data/qa/calibration.jsonl@300 --max-groups 400
 
 (``FILE@N``: that file's groups start at N of each source's permutation, default ``--start``.)
 """

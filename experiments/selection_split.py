@@ -1,6 +1,6 @@
-"""A checkpoint on the groups that choose training recipes, never reported on: groups 200-599 of
-each source's permutation in ``data/mix/calibration.jsonl`` and nyt groups 2000-2399 of
-``data/squad/dev.jsonl``. Per source: the share of questions whose gold passage the relevance head
+"""A checkpoint on the groups that choose training recipes, never reported on: groups 300-599 of
+each source's permutation in ``data/qa/calibration.jsonl`` (``pruner data qa``; the default recipe
+calibrates on groups 0-299 of each source). Prints, per source (and writes with ``--json``): the share of questions whose gold passage the relevance head
 ranks first, the share of mined and of random passages it ranks the gold passage above,
 compression at 95% and 97% of answers kept and the share of random and mined passages' tokens
 kept at 95%, all on one score rule (relevance^0.25, no floor, unless ``--exponent``, ``--floor``
@@ -22,13 +22,13 @@ from pruner_model.evaluation.sources import source_metrics, with_roles
 
 from pruner_model import ContextPruner
 
-SPLITS = (("data/mix/calibration.jsonl", 200), ("data/squad/dev.jsonl", 2000))
+SPLITS = (("data/qa/calibration.jsonl", 300),)  # (file, first group of each source's permutation)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
-    p.add_argument("--groups", type=int, default=400, help="groups per source")
+    p.add_argument("--groups", type=int, default=300, help="groups per source")
     p.add_argument("--exponent", type=float, default=0.25)
     p.add_argument("--floor", type=float, default=None, help="relative floor (default: absolute scores)")
     p.add_argument("--contrast", type=float, default=0.0, help="relevance contrast (default 0)")

@@ -1,5 +1,5 @@
 """How well each relevance teacher ranks passages with no training: on the selection groups
-(groups 200-599 of each source of ``data/mix/calibration.jsonl``, nyt 2000-2399), the share of
+(groups 300-599 of each source of ``data/qa/calibration.jsonl``), printed: the share of
 questions whose gold passage the teacher ranks first and the share of mined and random passages
 the gold one outscores, a passage scored by its best sentence's cosine with the query (as
 ``model.relevance_distill_weight`` uses it), and the spread of its scores over each group's
@@ -19,7 +19,7 @@ from pruner_model.evaluation.groups import load_range, records_by_source
 from pruner_model.evaluation.sources import rank_passages, with_roles
 from pruner_model.training.backbones import load_teacher
 
-SPLITS = (("data/mix/calibration.jsonl", 200), ("data/squad/dev.jsonl", 2000))
+SPLITS = (("data/qa/calibration.jsonl", 300),)  # (file, first group of each source's permutation)
 
 
 def distractor_spread(groups, scores) -> float | None:
@@ -35,7 +35,7 @@ def distractor_spread(groups, scores) -> float | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teachers", nargs="+", default=["all-minilm-l6-v2", "multilingual-e5-small"])
-    p.add_argument("--groups", type=int, default=400, help="groups per source")
+    p.add_argument("--groups", type=int, default=300, help="groups per source")
     args = p.parse_args()
     splits = []
     for path, start in SPLITS:
