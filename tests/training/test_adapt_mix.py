@@ -154,8 +154,9 @@ def test_without_general_text_or_with_none_the_weights_stay_as_trained(tmp_path,
 def test_a_blend_is_published_whole_beside_the_fine_tuned_weights(tmp_path, tiny_checkpoint):
     import shutil
 
-    from pruner_model import ContextPruner
     from pruner_model.adaptation.mix import TRAINED, _publish
+
+    from pruner_model import ContextPruner
 
     out = tmp_path / "adapted"
     shutil.copytree(tiny_checkpoint, out / "model")
