@@ -13,7 +13,7 @@ from pathlib import Path
 from pruner_model.adaptation.progress import say
 from pruner_model.adaptation.report import general_records, points
 from pruner_model.evaluation.groups import group_of
-from pruner_model.training.adapt import _base_train_config
+from pruner_model.training.adapt import _base_train_config, sample_of
 
 TRAINED = "model.trained"  # the fine-tuned weights as trained, kept beside a blend
 
@@ -54,7 +54,7 @@ def mix_step(ctx) -> dict:
         return {"share": 1.0, "reason": why}
     general_file, general_recs = general
     tuned_dir = out / TRAINED if (out / TRAINED).is_dir() else out / "model"  # a blend half-written before
-    yours = read_jsonl(out / "data" / "calibration.jsonl")
+    yours = sample_of(read_jsonl(out / "data" / "calibration.jsonl"), settings.sample_groups, settings.seed)
     pruner = ctx.runtime.load(tuned_dir)
     model = pruner.backend.model
     tuned = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pruner_model.adaptation.progress import say
-from pruner_model.training.adapt import ENCODER, USER, AdaptSettings, AdaptState
+from pruner_model.training.adapt import ENCODER, USER, AdaptSettings, AdaptState, sample_of
 
 CORPUS_STEPS = ("chunks", "questions", "groups", "labels")
 STEPS = ("split", "train", "mix", "calibrate", "report")
@@ -45,6 +45,7 @@ class Context:
     out: Path
     runtime: Runtime
     state: AdaptState
+    rate: float | None = None  # windows of 256 tokens a second this machine scores (a probe)
 
     @property
     def data(self) -> Path:
@@ -73,6 +74,7 @@ def run(settings: AdaptSettings, runtime: Runtime, until: str | None = None) -> 
         steps = {**corpus.STEPS, **steps}
     for step, fn in steps.items():
         if _result(ctx.state, step) is None:
+            _announce(ctx, step)
             t0 = time.perf_counter()
             result = fn(ctx)
             if step in CORPUS_STEPS:
@@ -85,6 +87,55 @@ def run(settings: AdaptSettings, runtime: Runtime, until: str | None = None) -> 
     text = report.report_markdown(ctx.state)
     (out / "report.md").write_text(text, encoding="utf-8")
     return ctx.state
+
+
+def _announce(ctx: Context, step: str) -> None:
+    """Say how long ``step`` will take before it starts, where that is a minute or more."""
+    from pruner_model.adaptation import estimate
+
+    if step not in ("train", "mix", "calibrate", "report"):
+        return
+    if step == "mix" and (ctx.settings.model is None or ctx.settings.forget_allowance is None):
+        return
+    if ctx.rate is None:
+        from pruner_model.core.default_model import default_model_path
+
+        probe = Path(ctx.settings.model) if ctx.settings.model else default_model_path()  # the same encoder
+        ctx.rate = estimate.scoring_rate(ctx.runtime.load(probe))
+    line = estimate.text(*_workload(ctx, step), ctx.rate, estimate.TRAIN_COST if step == "train" else 1.0)
+    if line:
+        say(step, line)
+
+
+def _workload(ctx: Context, step: str) -> tuple[str, int]:
+    """What ``step`` reads: (what, how many) for :func:`pruner_model.adaptation.estimate.text`."""
+    from pruner_model.adaptation.estimate import pairs_in
+
+    s, n = ctx.settings, ctx.settings.sample_groups
+    cal, report = [ctx.data / "calibration.jsonl"], [ctx.data / "report.jsonl"]
+    general = 0 if s.general_dev is None else 5 * s.general_groups
+    if step == "train":
+        groups = ctx.state.split["train"]["groups"]
+        groups = min(groups, s.max_train_groups or groups)
+        replayed = s.replay_share if (s.model and s.replay != []) else 0.0
+        return "training windows", round(
+            pairs_in([ctx.data / "train.jsonl"], groups) / (1 - replayed) * s.epochs
+        )
+    if step == "mix":  # two to four blends, each on your calibration sample and on general text
+        return "pairs to score", 4 * (pairs_in(cal, n) + general)
+    if step == "calibrate":
+        from pruner_model.training.adapt import _sources_of, general_calibration_config
+
+        recipe = general_calibration_config(s, ctx.out) if s.calibrate_on == "both" else None
+        if recipe is None:
+            return "pairs to score", pairs_in(cal, n)
+        d, c = recipe["data"], recipe["calibration"]
+        dev = d.get("calibration_dev_groups") or n or 1000
+        shifts = len(c.get("shifts") or []) * min(c.get("shift_groups") or 300, dev)
+        sources = len(_sources_of(d["calibration_sources"])) * d.get("calibration_source_groups", 200)
+        return "pairs to score", 5 * (dev + shifts + sources)  # groups of about 5 passages
+    base = 0 if s.model is None else pairs_in(cal, n) + pairs_in(report, n) + general
+    return "pairs to score", base + pairs_in(report, n) + general
 
 
 def _result(state: AdaptState, step: str) -> dict | None:
@@ -163,7 +214,7 @@ def calibrate(ctx: Context) -> dict:
             f"{settings.model} has no calibration recipe here (its train_config.yaml's dev and calibration "
             "files): calibrating on your split alone",
         )
-    records = read_jsonl(ctx.data / "calibration.jsonl")
+    records = sample_of(read_jsonl(ctx.data / "calibration.jsonl"), settings.sample_groups, settings.seed)
     pruner = ctx.runtime.load(out / "model")
     result = measure_sample(pruner, records, settings.target, settings.confidence, None, settings.seed)
     write_threshold(out / "model", pruner, result["threshold"], result["target"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from pruner_model.training.adapt import ENCODER, USER
+from pruner_model.training.adapt import ENCODER, USER, sample_of
 
 TEMPLATE = Path(__file__).with_name("report.md")  # report.md's Markdown, $-placeholders
 
@@ -20,8 +20,9 @@ def report_step(ctx) -> dict:
 
     settings, out, state = ctx.settings, ctx.out, ctx.state
 
-    cal = read_jsonl(out / "data" / "calibration.jsonl")
-    report = read_jsonl(out / "data" / "report.jsonl")
+    n, seed = settings.sample_groups, settings.seed
+    cal = sample_of(read_jsonl(out / "data" / "calibration.jsonl"), n, seed)
+    report = sample_of(read_jsonl(out / "data" / "report.jsonl"), n, seed)
     rows, swept = {}, {"checkpoint": None}
     base = None if settings.model is None else ctx.runtime.load(Path(settings.model))
     if base is not None:

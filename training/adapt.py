@@ -103,6 +103,9 @@ class AdaptSettings:
     # the most compression at the promise general text may lose: the mix step blends the fine-tuned
     # weights with the checkpoint's to stay within it (None: the fine-tuned weights as trained)
     forget_allowance: float | None = 0.02
+    # the calibrate, mix and report steps score at most this many query groups of each split (a
+    # seeded draw) and the encoder recipe calibrates on as many; None: every group
+    sample_groups: int | None = 1000
 
     def check(self) -> None:
         if len(self.shares) != 3 or any(s <= 0 for s in self.shares):
@@ -130,6 +133,19 @@ class AdaptSettings:
             raise ValueError(f"--general-dev {self.general_dev}: no such labeled records file")
         if self.general_groups < 1:
             raise ValueError(f"--general-groups must be >= 1, got {self.general_groups}")
+        if self.sample_groups is not None and self.sample_groups < 1:
+            raise ValueError(f"--sample-groups must be >= 1 (0: all), got {self.sample_groups}")
+
+
+def sample_of(records: list[dict], groups: int | None, seed: int) -> list[dict]:
+    """The records of at most ``groups`` query groups (the first of the seeded permutation), in
+    file order; all of them when there are no more groups than that or ``groups`` is None."""
+    from pruner_model.evaluation.groups import range_ids
+
+    if groups is None:
+        return records
+    keep = range_ids((group_of(r) for r in records), seed, 0, groups)
+    return [r for r in records if group_of(r) in keep]
 
 
 def document_of(records: list[dict]) -> str:
@@ -304,12 +320,12 @@ def general_calibration_config(settings: AdaptSettings, out: Path) -> dict | Non
 
 def encoder_calibration_config(settings: AdaptSettings, out: Path) -> dict:
     """The calibration config of a run without a checkpoint: :data:`ENCODER_RECIPE`'s calibration
-    (relative floor and relevance exponent chosen, the threshold held on shifted copies) on every
-    group of the user's calibration split, nothing else beside it."""
+    (relative floor and relevance exponent chosen, the threshold held on shifted copies) on the
+    user's calibration split (``sample_groups`` of its groups), nothing else beside it."""
     cfg = training_config(replace(settings, replay=[]), out, 1)  # its model and train sections
     cfg["data"].update(
         dev=[str(out / "data" / "calibration.jsonl")],
-        calibration_dev_groups=None,  # every group of the split
+        calibration_dev_groups=settings.sample_groups,  # None: every group of the split
         report_dev_groups=0,  # the report step measures the report split
     )
     cfg["calibration"] = {**ENCODER_RECIPE["calibration"], "enabled": True}

@@ -25,6 +25,9 @@ from pruner_model.training.config import TrainConfig
 logger = logging.getLogger(__name__)
 
 
+PROGRESS_ABOVE = 200  # groups: scoring more shows a progress bar
+
+
 def calibration_precision(model, cfg: TrainConfig) -> Precision:
     """The precision the calibration and report groups are scored in (``calibration.bf16``:
     auto = bf16 where it is native on the model's device, else fp32)."""
@@ -33,7 +36,8 @@ def calibration_precision(model, cfg: TrainConfig) -> Precision:
 
 
 def _score(model, tokenizer, groups: list[LabeledGroup], precision: Precision = "fp32"):
-    scored = score_groups(model, groups, tokenizer, precision)
+    """Scores of ``groups``, with a progress bar on stderr when there are more than a few hundred."""
+    scored = score_groups(model, groups, tokenizer, precision, progress=len(groups) > PROGRESS_ABOVE)
     return scored.groups, scored.token_auc
 
 

@@ -67,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--confidence", type=float, default=0.8, help="of a threshold calibrated on your split alone"
     )
+    p.add_argument(
+        "--sample-groups",
+        type=int,
+        default=1000,
+        help="query groups of each split that calibration, the mix step and the report score (a seeded "
+        "draw; default 1000; 0: all)",
+    )
     _add_mix_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     add_overrides_argument(p, "override a value of the fine-tuning config, e.g. --set train.lr=3e-5")
@@ -154,6 +161,7 @@ def _settings(args):
         overrides=list(args.overrides),
         calibrate_on=args.calibrate_on,
         forget_allowance=args.forget_allowance,
+        sample_groups=args.sample_groups or None,
     )
     settings.check()
     return settings

@@ -38,7 +38,7 @@ def test_without_a_checkpoint_the_config_trains_new_heads_on_your_split_alone(tm
     assert cfg["train"]["lr"] == ENCODER_RECIPE["train"]["lr"] and cfg["train"]["epochs"] == 2
     recipe = general_calibration_config(settings, out)
     assert recipe["data"]["dev"] == [str(out / "data" / "calibration.jsonl")]
-    assert recipe["data"]["calibration_dev_groups"] is None  # every group of the split
+    assert recipe["data"]["calibration_dev_groups"] == settings.sample_groups == 1000  # a bounded sample
     assert recipe["data"]["calibration_sources"] == [] and recipe["data"]["report_dev_groups"] == 0
     assert (
         recipe["calibration"]["enabled"]
