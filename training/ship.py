@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 MAX_BYTES = 50 * 1024 * 1024  # the wheel carries the model: at most 50 MB
-CARRIED = ("README.md", "metrics.json")  # besides weights, config and tokenizer
+CARRIED = ("README.md", "metrics.json", "train_config.yaml")  # besides weights, config and tokenizer;
+# train_config.yaml is the recipe `pruner adapt` replays and calibrates with
 CARD_SECTION = """
 ## Measured on held-back data
 

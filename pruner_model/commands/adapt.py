@@ -122,8 +122,8 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="the checkpoint to start from (default: the bundled encoder with new heads, trained with the "
-        "default model's recipe; --set model.backbone=DIR for another encoder folder)",
+        help="the checkpoint to start from; 'default': the shipped default model (default: the bundled encoder "
+        "with new heads, trained with the default model's recipe; --set model.backbone=DIR for another)",
     )
 
 
@@ -134,7 +134,7 @@ def _settings(args):
         shares = tuple(float(x) for x in args.split.split(","))
     except ValueError:
         raise ValueError(f"--split must be three numbers, got {args.split!r}") from None
-    if args.corpus is not None and args.model is not None and not Path(args.model).is_dir():
+    if args.corpus is not None and args.model not in (None, "default") and not Path(args.model).is_dir():
         raise ValueError(
             f"--model {args.model!r} is not a checkpoint folder: --model names the checkpoint to adapt "
             "(e.g. runs/mine), --llm-model the LLM that writes questions and labels"
@@ -146,7 +146,9 @@ def _settings(args):
     settings = AdaptSettings(
         labeled=labeled,
         corpus=corpus,
-        model=None if args.model is None else str(existing_model_dir(args.model)),
+        model=None
+        if args.model is None
+        else str(existing_model_dir(None if args.model == "default" else args.model)),
         output=args.output,
         shares=shares,
         replay_share=args.replay_share,

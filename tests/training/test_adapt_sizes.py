@@ -47,3 +47,18 @@ def test_an_estimate_is_said_for_a_long_step_only(tiny_checkpoint):
     assert estimate.text("training windows", 3_000, rate=100.0, cost=estimate.TRAIN_COST).startswith(
         "about 3,000 training windows, about 2 minutes"
     )
+
+
+def test_model_default_is_the_shipped_model(tmp_path):
+    import json
+
+    from pruner_model.core.default_model import default_model_path
+
+    from pruner_model.cli import main as cli_main
+
+    path, _ = labeled_documents(tmp_path)
+    out = tmp_path / "out"
+    argv = ["adapt", "--labeled", str(path), "--model", "default", "--output", str(out), "--until", "split"]
+    assert cli_main(argv) == 0
+    settings = json.loads((out / "adapt.json").read_text())["settings"]
+    assert settings["model"] == str(default_model_path()) and settings["sample_groups"] == 1000
