@@ -16,7 +16,8 @@ Each question then gets a group of ``passages_per_group`` chunks of its own spli
 ``no_gold_share`` of the answerable questions lose their gold chunks (the retriever missed),
 and Disfl-QA's unanswerable questions never have one: groups where pruning everything is right.
 Each record's ``meta.role`` names which of these it is, for the per-source diagnostics of
-`pruner evaluate --by-source`.
+`pruner evaluate --by-source`; ``meta.document`` names the question's document, so that `pruner
+adapt` keeps a document's questions (and their other chunks) in one split.
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ def build_mix(
             rng.shuffle(members)
             for chunk, role, spans in members:
                 roles[(split, role)] += 1
-                meta = {"role": role}
+                # the question's document: `pruner adapt` keeps a document's questions in one split
+                meta = {"role": role, "document": f"{ex.source}:{ex.doc_key[:10]}"}
                 if ex.passage_only and role == "gold":
                     meta["passage_only"] = True
                 records[split].append(

@@ -3,6 +3,7 @@ calibration slices, measured on the held-back splits, from one cache of scored g
 
     python experiments/request_thresholds.py score --model runs/default --cache /tmp/rt.pkl
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl   # the choice, calibration only
+    python experiments/request_thresholds.py leave_out --cache /tmp/rt.pkl  # unseen text, simulated
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
     python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/default  # its gate's cost
     python experiments/request_thresholds.py cosines --cache /tmp/rt.pkl --cosines /tmp/cos.pkl
@@ -62,9 +63,16 @@ def score(args) -> None:
     cache["threshold"] = cfg.threshold
     cache["operating_points"] = getattr(cfg, "operating_points", None)
     parts = [("cal", "data/qa/calibration.jsonl", 300, 1000), ("report", "data/qa/dev.jsonl", 300, 1000)]
+    if args.heldout:  # the never-trained sets: measured, never chosen on
+        parts.append(("heldout", "data/qa/heldout.jsonl", 300, 0))
     for part, path, per_source, shifted in parts:
         out = {}
-        for name, groups in slices(path, per_source, min(per_source, 300), shifted, part).items():
+        if shifted:
+            named = slices(path, per_source, min(per_source, 300), shifted, part)
+        else:
+            by_source = records_by_source(with_roles(read_jsonl(path)))
+            named = {src: load_range(recs, 0, 0, per_source) for src, recs in sorted(by_source.items())}
+        for name, groups in named.items():
             scored = score_groups(pruner, groups).groups
             out[name] = (groups, scored)
             print(part, name, len(groups), flush=True)
@@ -127,7 +135,7 @@ def _prepare(cache, rule=None):
     rule = rule or cache["rule"]
     e, f, c = rule["relevance_exponent"], rule["relative_floor"], rule["relevance_contrast"]
     out = {}
-    for part in ("cal", "report"):
+    for part in [p for p in ("cal", "report", "heldout") if p in cache]:
         out[part] = {}
         for name, (groups, raw) in cache[part].items():
             X = group_features(groups, raw, e, f, c)
@@ -137,12 +145,12 @@ def _prepare(cache, rule=None):
     return out
 
 
-def _evaluate(data, default_of, label, target=0.95):
-    """Each report slice at a default (``default_of(X)``: a RequestDefault, or a threshold)."""
+def _evaluate(data, default_of, label, target=0.95, part="report"):
+    """Each slice of ``part`` at a default (``default_of(X)``: a RequestDefault, or a threshold)."""
     from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
 
     rows = []
-    for name, (X, _, gs, _) in data["report"].items():
+    for name, (X, _, gs, _) in data[part].items():
         if not any(g.has_evidence for g in gs):
             continue
         d = default_of(X)
@@ -250,6 +258,56 @@ def _folds(args, cal, spec) -> None:
             )
 
 
+def leave_out(args) -> None:
+    """Text the calibration never saw, simulated on the calibration slices alone: for each source
+    slice, the threshold model fitted on every other calibration slice and measured on it, with its
+    band thresholds scaled by each of ``--scales`` (a margin towards lower thresholds). The scale
+    chosen is the largest whose left-out sources all keep ``--target``; the model fitted on every
+    slice with that scale is then measured on the report slices (and the never-trained sets when
+    the cache holds them): nothing of them chooses."""
+    from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, fit_threshold_model
+
+    with open(args.cache, "rb") as f:
+        data = _prepare(pickle.load(f))
+    cal = data["cal"]
+    sources = [n for n, v in cal.items() if not n.startswith("cal ") and any(g.has_evidence for g in v[2])]
+    kept = {scale: {} for scale in args.scales}
+    for left in sources:
+        model = fit_threshold_model(
+            [FitSlice(n, v[2], v[0]) for n, v in cal.items() if n != left], args.target, bands=args.bands[0]
+        )
+        X, _, gs, _ = cal[left]
+        for scale in args.scales:
+            d = RequestDefault(model.thresholds_of(X) * scale, model.min_relevance)
+            kept[scale][left] = metrics_at(gs, float("nan"), d.masks(gs))["evidence_preserved"]
+    for scale, row in kept.items():
+        print(
+            f"scale {scale:g}: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in row.items())
+            + f"; min {min(row.values()):.3f}"
+        )
+    holding = [s for s, row in kept.items() if min(row.values()) >= args.target]
+    chosen = max(holding) if holding else min(args.scales)
+    print(
+        f"chosen scale {chosen:g} ("
+        + ("every left-out source keeps the target" if holding else "none held: the lowest")
+        + ")"
+    )
+    model = fit_threshold_model(
+        [FitSlice(n, v[2], v[0]) for n, v in cal.items()], args.target, bands=args.bands[0]
+    )
+    for scale in sorted({1.0, chosen}, reverse=True):
+        for part in [p for p in ("report", "heldout") if p in data]:
+            _evaluate(
+                data,
+                lambda X, s=scale: RequestDefault(model.thresholds_of(X) * s, model.min_relevance),
+                f"{part}: every calibration slice, thresholds x {scale:g}",
+                args.target,
+                part,
+            )
+
+
 def gate(args) -> None:
     """The checkpoint's own default on the cached report slices, with its relevance gate and
     without it: what the gate costs in answers kept and takes off answer-less groups."""
@@ -286,6 +344,12 @@ def main() -> None:
     s = sub.add_parser("score")
     s.add_argument("--model", required=True)
     s.add_argument("--cache", required=True)
+    s.add_argument("--heldout", action="store_true", help="also score data/qa/heldout.jsonl (measured only)")
+    lo = sub.add_parser("leave_out")
+    lo.add_argument("--cache", required=True)
+    lo.add_argument("--bands", type=int, nargs="+", default=[8])
+    lo.add_argument("--target", type=float, default=0.95)
+    lo.add_argument("--scales", type=float, nargs="+", default=[1.0, 0.7, 0.5, 0.35, 0.25, 0.15, 0.1])
     for name in ("fit", "folds"):
         f = sub.add_parser(name)
         f.add_argument("--cache", required=True)
@@ -300,7 +364,15 @@ def main() -> None:
     g.add_argument("--cache", required=True)
     g.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
     args = p.parse_args()
-    {"score": score, "fit": fit, "folds": folds, "gate": gate, "cosines": cosines}[args.cmd](args)
+    commands = {
+        "score": score,
+        "fit": fit,
+        "folds": folds,
+        "gate": gate,
+        "cosines": cosines,
+        "leave_out": leave_out,
+    }
+    commands[args.cmd](args)
 
 
 if __name__ == "__main__":
