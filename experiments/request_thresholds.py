@@ -272,14 +272,29 @@ def leave_out(args) -> None:
         data = _prepare(pickle.load(f))
     cal = data["cal"]
     sources = [n for n, v in cal.items() if not n.startswith("cal ") and any(g.has_evidence for g in v[2])]
+    from pruner_model.evaluation.calibration import calibrate_threshold
+
+    def fitted(names):
+        """``X -> (thresholds, gate)``: the threshold model of the named slices, or their one
+        threshold where their own thresholds lie too close for bands."""
+        slices = [FitSlice(n, cal[n][2], cal[n][0]) for n in names]
+        m = fit_threshold_model(slices, args.target, bands=args.bands[0])
+        if m is not None:
+            return lambda X: (m.thresholds_of(X), m.min_relevance)
+        one = min(
+            calibrate_threshold(cal[n][2], args.target)
+            for n in names
+            if any(g.has_evidence for g in cal[n][2])
+        )
+        return lambda X: (np.full(len(X), one), None)
+
     kept = {scale: {} for scale in args.scales}
     for left in sources:
-        model = fit_threshold_model(
-            [FitSlice(n, v[2], v[0]) for n, v in cal.items() if n != left], args.target, bands=args.bands[0]
-        )
+        model = fitted([n for n in cal if n != left])
         X, _, gs, _ = cal[left]
+        th, gate_ = model(X)
         for scale in args.scales:
-            d = RequestDefault(model.thresholds_of(X) * scale, model.min_relevance)
+            d = RequestDefault(th * scale, gate_)
             kept[scale][left] = metrics_at(gs, float("nan"), d.masks(gs))["evidence_preserved"]
     for scale, row in kept.items():
         print(
