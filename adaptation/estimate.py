@@ -29,15 +29,18 @@ def scoring_rate(pruner) -> float:
 
 def pairs_in(files: list[Path], groups: int | None = None) -> int:
     """(query, passage) pairs of labeled files (one record each), or ``groups`` groups' worth at
-    the files' own passages a group."""
-    records = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in files)
-    if groups is None:
-        return records
+    the files' own passages a group; one pass over the files."""
     from pruner_model.core.records import iter_jsonl
     from pruner_model.evaluation.groups import group_of
 
-    n_groups = len({group_of(r) for f in files for r in iter_jsonl(f)})
-    return round(records / max(n_groups, 1) * min(groups, n_groups))
+    records, ids = 0, set()
+    for f in files:
+        for r in iter_jsonl(f):
+            records += 1
+            ids.add(group_of(r))
+    if groups is None or groups >= len(ids):
+        return records
+    return round(records / len(ids) * groups)
 
 
 def minutes(pairs: int, rate: float, cost: float = 1.0) -> float:

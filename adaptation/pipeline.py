@@ -115,9 +115,11 @@ def _workload(ctx: Context, step: str) -> tuple[str, int]:
     cal, report = [ctx.data / "calibration.jsonl"], [ctx.data / "report.jsonl"]
     general = 0 if s.general_dev is None else 5 * s.general_groups
     if step == "train":
+        from pruner_model.training.adapt import replay_files
+
         groups = ctx.state.split["train"]["groups"]
         groups = min(groups, s.max_train_groups or groups)
-        replayed = s.replay_share if (s.model and s.replay != []) else 0.0
+        replayed = s.replay_share if replay_files(s) else 0.0
         return "training windows", round(
             pairs_in([ctx.data / "train.jsonl"], groups) / (1 - replayed) * s.epochs
         )
@@ -134,8 +136,8 @@ def _workload(ctx: Context, step: str) -> tuple[str, int]:
         shifts = len(c.get("shifts") or []) * min(c.get("shift_groups") or 300, dev)
         sources = len(_sources_of(d["calibration_sources"])) * d.get("calibration_source_groups", 200)
         return "pairs to score", 5 * (dev + shifts + sources)  # groups of about 5 passages
-    base = 0 if s.model is None else pairs_in(cal, n) + pairs_in(report, n) + general
-    return "pairs to score", base + pairs_in(report, n) + general
+    on_report = pairs_in(report, n) + general  # each model: the report sample and general text
+    return "pairs to score", on_report if s.model is None else pairs_in(cal, n) + 2 * on_report
 
 
 def _result(state: AdaptState, step: str) -> dict | None:

@@ -48,6 +48,11 @@ GPU_BATCH_TOKENS = 1 << 16  # on a GPU, where wide batches pay
 MIN_FILL = 0.8  # real tokens / padded tokens a batch may not fall under (when it holds 2 or more)
 
 
+def batch_tokens(on_cpu: bool) -> int:
+    """Padded tokens a forward call may hold on that device (a backend's ``batch_tokens``)."""
+    return CPU_BATCH_TOKENS if on_cpu else GPU_BATCH_TOKENS
+
+
 def plan_batches(
     lengths: Sequence[int], batch_size: int, max_tokens: int = CPU_BATCH_TOKENS, min_fill: float = MIN_FILL
 ) -> list[np.ndarray]:

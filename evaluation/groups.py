@@ -117,6 +117,12 @@ def range_groups(groups: list[LabeledGroup], seed: int, start: int = 0, stop: in
     return [g for g in groups if g.id in keep]
 
 
+def range_records(records: list[dict], seed: int, start: int = 0, stop: int | None = None) -> list[dict]:
+    """The records of the groups :func:`range_groups` would pick, in their input order."""
+    keep = range_ids((group_of(r) for r in records), seed, start, stop)
+    return [r for r in records if group_of(r) in keep]
+
+
 def load_range(
     records: list[dict],
     seed: int,
@@ -127,5 +133,4 @@ def load_range(
 ) -> list[LabeledGroup]:
     """:func:`load_groups` of only the groups :func:`range_groups` would pick (segments nothing
     else, so slicing a large dev file stays cheap)."""
-    keep = range_ids((group_of(r) for r in records), seed, start, stop)
-    return load_groups([r for r in records if group_of(r) in keep], language, structure)
+    return load_groups(range_records(records, seed, start, stop), language, structure)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from pruner_model.core.scoring import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+from pruner_model.core.scoring import batch_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,7 @@ class OnnxBackend:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.model_path = Path(model_path)
         self.precision = "int8" if self.model_path.name.endswith(".int8.onnx") else "fp32"
-        on_cpu = self.providers[0] == "CPUExecutionProvider"
-        self.batch_tokens = CPU_BATCH_TOKENS if on_cpu else GPU_BATCH_TOKENS  # padded tokens a call
+        self.batch_tokens = batch_tokens(self.providers[0] == "CPUExecutionProvider")  # padded tokens a call
 
     @classmethod
     def from_pretrained(

@@ -140,12 +140,9 @@ class AdaptSettings:
 def sample_of(records: list[dict], groups: int | None, seed: int) -> list[dict]:
     """The records of at most ``groups`` query groups (the first of the seeded permutation), in
     file order; all of them when there are no more groups than that or ``groups`` is None."""
-    from pruner_model.evaluation.groups import range_ids
+    from pruner_model.evaluation.groups import range_records
 
-    if groups is None:
-        return records
-    keep = range_ids((group_of(r) for r in records), seed, 0, groups)
-    return [r for r in records if group_of(r) in keep]
+    return records if groups is None else range_records(records, seed, 0, groups)
 
 
 def document_of(records: list[dict]) -> str:
@@ -239,6 +236,15 @@ def _sources_of(files: list[str]) -> list[str]:
     return list(seen)
 
 
+def replay_files(settings: AdaptSettings) -> list[str]:
+    """The general training records replayed: ``settings.replay``, else the checkpoint recipe's
+    training files that are on this machine (none: nothing is replayed)."""
+    if settings.replay is not None:
+        return list(settings.replay)
+    train = (_base_train_config(settings.model).get("data") or {}).get("train") or []
+    return [f for f in train if Path(f).is_file()]
+
+
 def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> dict:
     """The fine-tuning config: the checkpoint's own recipe (its ``train_config.yaml``) started from
     the checkpoint, on the train split and a replayed share of the checkpoint's training data, no
@@ -247,9 +253,7 @@ def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> di
     if settings.max_train_groups is not None:
         train_groups = min(train_groups, settings.max_train_groups)
     base = _base_train_config(settings.model)
-    replay = settings.replay
-    if replay is None:
-        replay = [f for f in (base.get("data") or {}).get("train") or [] if Path(f).is_file()]
+    replay = replay_files(settings)
     share = settings.replay_share if replay else 0.0
     mix = {USER: 1.0 - share}
     if share:

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pruner_model.adaptation.pipeline import CORPUS_STEPS, STEPS
 from pruner_model.commands.common import (
     add_corpus_arguments,
     add_overrides_argument,
@@ -18,9 +19,6 @@ from pruner_model.commands.common import (
     number_or_none,
 )
 from pruner_model.training.adapt import CALIBRATE_ON
-
-CORPUS_STEPS = ("chunks", "questions", "groups", "labels")  # as pruner_model.adaptation.pipeline runs them
-STEPS = ("split", "train", "mix", "calibrate", "report")
 
 
 def _parser() -> argparse.ArgumentParser:
