@@ -146,7 +146,7 @@ def _settings(args):
         corpus=corpus,
         model=None
         if args.model is None
-        else str(existing_model_dir(None if args.model == "default" else args.model)),
+        else str(existing_model_dir(None if args.model == "default" else args.model).resolve()),
         output=args.output,
         shares=shares,
         replay_share=args.replay_share,

@@ -62,3 +62,18 @@ def test_model_default_is_the_shipped_model(tmp_path):
     assert cli_main(argv) == 0
     settings = json.loads((out / "adapt.json").read_text())["settings"]
     assert settings["model"] == str(default_model_path()) and settings["sample_groups"] == 1000
+
+
+def test_adapting_a_checkpoint_on_fewer_groups_than_measured_to_pay_warns():
+    from pruner_model.adaptation.pipeline import SMALL_TRAIN_GROUPS, small_set_warning
+
+    ckpt = {"model": "/models/default", "max_train_groups": None}
+    few = {"groups": SMALL_TRAIN_GROUPS - 1, "with_answer": 150}
+    line = small_set_warning(ckpt, few)
+    assert line and f"{SMALL_TRAIN_GROUPS - 1} training groups" in line and "pruner calibrate" in line
+    assert small_set_warning(ckpt, {"groups": SMALL_TRAIN_GROUPS, "with_answer": 150}) is None
+    # --max-train-groups below the measured size is a small set too
+    capped = {**ckpt, "max_train_groups": 50}
+    assert "50 training groups" in small_set_warning(capped, {"groups": 5000, "with_answer": 4000})
+    # new heads on the bundled encoder have no recalibration alone to fall back on: no warning
+    assert small_set_warning({"model": None, "max_train_groups": None}, few) is None
