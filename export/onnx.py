@@ -161,30 +161,42 @@ def _check_output(output_dir: Path) -> None:
 INT8_SCHEMES = ("smoothed", "fp32 projections", "fp32 feed-forward")  # the order they are tried in
 
 
-def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int) -> dict:
+def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int, model_dir: Path) -> dict:
     """``model.int8.onnx``, the first scheme of :data:`INT8_SCHEMES` that passes its check: with
     labeled ``records``, smoothed and all int8 (:mod:`~pruner_model.export.smoothing`) and judged
-    on them (:func:`calibrate_int8`); then with each layer's feed-forward output projection and the
-    heads in fp32; then with both feed-forward projections in fp32 (a deeper encoder whose
-    LayerNorm outliers flip decisions: faster than fp32 by less, docs/serving.md). Without labels
-    the last two are judged by the keep/drop agreement on the validation sentences."""
-    from pruner_model.export.smoothing import smoothing_text
+    on them (:func:`calibrate_int8`), the maxima it smoothed with written beside it when it passes;
+    without labels, smoothed with the maxima the checkpoint carries, if any; then with each layer's
+    feed-forward output projection and the heads in fp32; then with both feed-forward projections
+    in fp32 (a deeper encoder whose LayerNorm outliers flip decisions: faster than fp32 by less,
+    docs/serving.md). Without labels the schemes are judged by the keep/drop agreement on the
+    validation sentences."""
+    from pruner_model.export.smoothing import MAXIMA_FILE, save_maxima, smoothing_text, stored_maxima
     from pruner_model.export.validate import int8_agreement
 
     onnx_path, int8_path = output_dir / "model.onnx", output_dir / "model.int8.onnx"
     text = smoothing_text(records, config, groups)
-    schemes = [s for s in INT8_SCHEMES if s != "smoothed" or text]
+    stored = None if text else stored_maxima(model_dir, onnx_path)
+    schemes = [s for s in INT8_SCHEMES if s != "smoothed" or text or stored]
+    amax = None
     for k, scheme in enumerate(schemes):
         out = {"int8_per_channel": True, "int8_scheme": scheme, "int8_tried": schemes[: k + 1]}
-        if scheme == "smoothed":
+        if scheme == "smoothed" and text:
             groups_, source = text
-            kept = quantize_smoothed(onnx_path, int8_path, smoothing_batches(tokenizer, config, groups_))
+            kept, amax = quantize_smoothed(
+                onnx_path, int8_path, smoothing_batches(tokenizer, config, groups_)
+            )
             out.update(int8_smoothed_on=f"{len(groups_)} groups of {source}", int8_fp32_nodes=kept)
+        elif scheme == "smoothed":
+            kept, _ = quantize_smoothed(onnx_path, int8_path, amax=stored[0])
+            out.update(
+                int8_smoothed_on=f"the checkpoint's {MAXIMA_FILE}, measured on {stored[1]}",
+                int8_fp32_nodes=kept,
+            )
         else:
             feed_forward = scheme == "fp32 feed-forward"
             out["int8_fp32_nodes"] = quantize_int8(onnx_path, int8_path, feed_forward=feed_forward)
         if not check:
-            return out
+            break
         out.update(
             int8_agreement(output_dir, tokenizer, config)
             if records is None
@@ -192,6 +204,10 @@ def _int8(output_dir: Path, tokenizer, config, check: bool, records, groups: int
         )
         if out["int8_ok"]:
             break
+    if out["int8_scheme"] == "smoothed" and amax is not None and out.get("int8_ok", True):
+        # the maxima that passed, for a checkpoint to carry (then exported without labels)
+        save_maxima(amax, onnx_path, output_dir / MAXIMA_FILE, out["int8_smoothed_on"])
+        out["int8_smoothing_file"] = MAXIMA_FILE
     return out
 
 
@@ -263,7 +279,7 @@ def _export_into(
         report["files"].append("model.int8.onnx")
         check = validate and report["fp32_ok"]
         labels = (calibration_records, calibration_groups)
-        report.update(_int8(output_dir, tokenizer, model.config, check, *labels))
+        report.update(_int8(output_dir, tokenizer, model.config, check, *labels, model_dir))
     if validate and quantize == "int8" and report["fp32_ok"] and not report["int8_ok"]:
         # an int8 file that failed its check is not left where a server would load it
         (output_dir / "model.int8.onnx").unlink(missing_ok=True)

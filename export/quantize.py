@@ -55,21 +55,24 @@ def smoothing_batches(tokenizer, config, groups) -> list[dict]:
     return batches
 
 
-def quantize_smoothed(fp32_path: Path, int8_path: Path, batches: list[dict]) -> list[str]:
-    """Smoothed (:func:`pruner_model.export.smoothing.smoothed_graph`, channel maxima over
-    ``batches``), then dynamic per-channel int8 of everything but the heads; returns the nodes
-    left in fp32. The smoothed fp32 graph is an intermediate: only the int8 file is written beside
-    ``fp32_path``."""
+def quantize_smoothed(
+    fp32_path: Path, int8_path: Path, batches: list[dict] | None = None, amax: dict | None = None
+) -> tuple[list[str], dict]:
+    """Smoothed (:func:`pruner_model.export.smoothing.smoothed_graph`, with the channel maxima
+    ``amax`` or those measured over ``batches``), then dynamic per-channel int8 of everything but
+    the heads; returns the nodes left in fp32 and the maxima used. The smoothed fp32 graph is an
+    intermediate: only the int8 file is written beside ``fp32_path``."""
     import tempfile
 
     from pruner_model.export.smoothing import smoothed_graph
 
     with tempfile.TemporaryDirectory(dir=int8_path.parent) as tmp:
         smoothed = Path(tmp) / "model.smoothed.onnx"
-        smoothed_graph(fp32_path, smoothed, batches)
-        return quantize_int8(
+        amax = smoothed_graph(fp32_path, smoothed, batches, amax=amax)
+        kept = quantize_int8(
             smoothed, int8_path, keep_sensitive=False, nodes_to_exclude=head_nodes(fp32_path)
         )
+    return kept, amax
 
 
 def quantize_int8(

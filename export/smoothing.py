@@ -6,20 +6,26 @@ the whole encoder can run in int8 (docs/experiments/results-log.md: as close to 
 as keeping the projections in fp32, and faster).
 
 The channel maxima need text like what the model will read, and a smoothed graph decides a
-little differently from fp32 (on the quickstart it kept as many answers but compressed up to 1.4
-points less on nyt): so the export smooths only with labeled records (``--calibration-data``), on
-which the int8 graph is then judged by evidence and compression against fp32, and falls back to
-fp32 projections when it fails. Without labels the projections stay fp32.
+little differently from fp32: so the export smooths with labeled records (``--calibration-data``),
+on which the int8 graph is then judged by evidence and compression against fp32, and falls back to
+fp32 projections when it fails. Such an export also writes the maxima it used,
+``int8_smoothing.safetensors`` (one vector a layer, keyed ``layer.N``), and a checkpoint folder
+that carries that file (the shipped default model does: measured on every held-back split,
+docs/serving.md) is smoothed with it when exported without labels, judged by the keep/drop
+agreement on the validation sentences. Without labels or the file the projections stay fp32.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
+from pruner_model.core.records import current_umask
 
 ALPHA = 0.8  # the migration strength: chosen on the validation sentences (0.7-0.9 tie there)
 GROUPS = 16  # groups whose windows give the channel maxima
+MAXIMA_FILE = "int8_smoothing.safetensors"  # the channel maxima an export smoothed with, by layer
 
 
 def smoothing_text(records: list[dict] | None, config, judged: int = 0) -> tuple[list, str] | None:
@@ -70,19 +76,71 @@ def channel_maxima(fp32_path: Path, targets, batches: list[dict]) -> dict[str, n
     return amax
 
 
+def _layer(name: str) -> str | None:
+    """``layer.N`` of a BERT-like node name (``/model/encoder/encoder/layer.3/output/dense/MatMul``)."""
+    import re
+
+    m = re.search(r"layer\.(\d+)/", name)
+    return f"layer.{m.group(1)}" if m else None
+
+
+def save_maxima(amax: dict[str, np.ndarray], fp32_path: Path, path: Path, source: str) -> None:
+    """The channel maxima of the feed-forward output projections of the graph at ``fp32_path``
+    (keyed by their input's name, as :func:`channel_maxima` gives them), by layer, as safetensors
+    at ``path``, with ``source`` (the text they were measured on) in its metadata."""
+    import onnx
+    from safetensors.numpy import save_file
+
+    targets = projections(onnx.load(str(fp32_path), load_external_data=False).graph)
+    tensors = {_layer(n.name): amax[n.input[0]].astype(np.float32) for n in targets if _layer(n.name)}
+    save_file(tensors, str(path), metadata={"source": source, "alpha": str(ALPHA)})
+    os.chmod(path, 0o666 & ~current_umask())  # as the export's other files
+
+
+def stored_maxima(model_dir: Path, fp32_path: Path) -> tuple[dict[str, np.ndarray], str] | None:
+    """``(maxima keyed by input name, what they were measured on)`` from ``model_dir``'s
+    :data:`MAXIMA_FILE`, for the feed-forward output projections of the graph at ``fp32_path``;
+    None when the folder has no such file or it does not fit this graph (another layer count or
+    width)."""
+    import onnx
+    from safetensors import safe_open
+
+    path = Path(model_dir) / MAXIMA_FILE
+    if not path.is_file():
+        return None
+    graph = onnx.load(str(fp32_path), load_external_data=False).graph
+    widths = {i.name: i.dims[0] for i in graph.initializer if len(i.dims) == 2}
+    targets = projections(graph)
+    with safe_open(str(path), framework="numpy") as f:
+        keys, source = set(f.keys()), (f.metadata() or {}).get("source", MAXIMA_FILE)
+        if not targets or keys != {_layer(n.name) for n in targets}:
+            return None
+        amax = {n.input[0]: f.get_tensor(_layer(n.name)) for n in targets}
+    if any(amax[n.input[0]].shape != (widths.get(n.input[1]),) for n in targets):
+        return None
+    return amax, source
+
+
 def smoothed_graph(
-    fp32_path: Path, out_path: Path, batches: list[dict], alpha: float = ALPHA, select=projections
-) -> int:
+    fp32_path: Path,
+    out_path: Path,
+    batches: list[dict] | None,
+    alpha: float = ALPHA,
+    select=projections,
+    amax: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
     """Write ``fp32_path`` with the nodes ``select(graph)`` picks (its feed-forward output
     projections unless told otherwise; each reads its activation as input 0 and its weight rows as
-    input 1) smoothed to ``out_path``; returns how many."""
+    input 1) smoothed to ``out_path``, with the channel maxima ``amax`` or those measured over
+    ``batches``; returns the maxima used."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(fp32_path))
     g = model.graph
     targets = select(g)
-    amax = channel_maxima(fp32_path, targets, batches)
+    if amax is None:
+        amax = channel_maxima(fp32_path, targets, batches)
     inits = {i.name: i for i in g.initializer}
     for n in targets:
         w = numpy_helper.to_array(inits[n.input[1]])  # [in, out]
@@ -100,4 +158,4 @@ def smoothed_graph(
         )
         n.input[0] = out
     onnx.save(model, str(out_path))
-    return len(targets)
+    return amax

@@ -1,10 +1,17 @@
-"""Where a pruner's files are: a local folder, or a hub repo id fetched into the hub cache."""
+"""Where a pruner's files are (a local folder, or a hub repo id fetched into the hub cache), and
+which encoder runs them: torch, the folder's ONNX graph, or a checkpoint's cached int8 export."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
 from pathlib import Path
 
 from pruner_model.core.records import error_line
+
+logger = logging.getLogger(__name__)
+CACHE_ENV = "PRUNER_CACHE"  # where `pruner export --cache` writes (default ~/.cache/pruner_model)
 
 
 def resolve_model_path(path: str | Path) -> Path:
@@ -52,6 +59,62 @@ def load_tokenizer(path: Path):
         raise ValueError(f"{path}: the tokenizer files cannot be read ({error_line(exc)})") from None
 
 
+def export_cache_dir(path: Path) -> Path:
+    """Where ``pruner export --cache`` writes the ONNX export of the checkpoint folder ``path``, and
+    where a no-flag load of that checkpoint on a CPU without native bf16 looks for its int8 graph:
+    ``$PRUNER_CACHE`` (default ``~/.cache/pruner_model``) ``/onnx/`` + a digest of its
+    ``config.json`` and ``model.safetensors``, so that another training, a recalibration or an
+    edited config never meets an export of other weights or another threshold."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        with open(path / name, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "pruner_model")
+    return root / "onnx" / digest.hexdigest()[:20]
+
+
+def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
+    """The cached export (:func:`export_cache_dir`) whose int8 graph a load of the checkpoint
+    ``path`` runs instead of torch: with ``quantized=True``, wherever it is cached; with nothing
+    asked for (no ``dtype``, no ``quantized``), when the export validated and kept it and the CPU
+    has no native bf16 (where it is native, the checkpoint's bf16 is the default). None otherwise
+    (or without onnxruntime); where it could run but no export is cached, says once (logging,
+    info) how to cache one."""
+    from pruner_model.core.precision import resolve_precision
+
+    asked = backend_kwargs.get("quantized")
+    if backend_kwargs.get("dtype") not in (None, "auto") or asked is False:
+        return None
+    if not asked and (
+        str(device or "auto") not in ("cpu", "auto") or resolve_precision("auto", device) != "fp32"
+    ):
+        return None
+    try:
+        from pruner_model.inference.onnx_backend import default_providers, validated_int8
+    except ImportError:
+        return None
+    if not (path / "model.safetensors").is_file():
+        return None
+    cache = export_cache_dir(path)
+    if asked:
+        return cache if (cache / "model.int8.onnx").is_file() else None
+    if default_providers(device)[0] != "CPUExecutionProvider":
+        return None
+    if (cache / "model.onnx").is_file() and validated_int8(cache) is not None:
+        return cache
+    if not _hinted:
+        _hinted.append(path)
+        logger.info(
+            "this CPU has no native bf16: the checkpoint runs fp32; an int8 export runs faster and is "
+            f"used by itself once cached: pruner export --model {path} --cache --quantize int8"
+        )
+    return None
+
+
+_hinted: list = []
+
+
 def load_backend(path: Path, config, backend: str, device, show_progress_bar: bool, **backend_kwargs):
     """The encoder of the folder ``path``: ``"torch"`` (its safetensors), ``"onnx"`` (its
     ``model.onnx``, or ``model.int8.onnx`` with ``quantized=True``, whose own calibrated threshold
@@ -59,15 +122,21 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
     and kept it, fp32 otherwise) or ``"auto"`` (ONNX when the folder has no safetensors)."""
     from pruner_model.inference.backends import TorchBackend
 
+    cached = None
     if backend == "auto":
         backend = "onnx" if is_onnx_folder(path) else "torch"
+        if backend == "torch" and (cached := cached_int8(path, device, backend_kwargs)) is not None:
+            backend, path = "onnx", cached  # the same weights and config, exported and validated
+            backend_kwargs.pop("dtype", None)
+            backend_kwargs.setdefault("quantized", None)
+            config.int8_threshold = load_config(cached).int8_threshold
     if backend == "torch":
         if not (path / "model.safetensors").is_file():
             raise FileNotFoundError(f"no model.safetensors in {path}")
         if backend_kwargs.pop("quantized", False):
             raise ValueError(
                 f"{path} is a torch checkpoint; int8 needs an ONNX export "
-                f"(pruner export --model {path} --output DIR --quantize int8)"
+                f"(pruner export --model {path} --cache --quantize int8, or --output DIR and load DIR)"
             )
         return TorchBackend.from_pretrained(
             path, device=device, show_progress_bar=show_progress_bar, **backend_kwargs
@@ -84,6 +153,8 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
             backend_kwargs["quantized"] = agreement is not None and on_cpu
             if backend_kwargs["quantized"]:
                 chosen = f"int8 keep/drop agreement with fp32 {agreement:.3f} at export"
+                if cached is not None:
+                    chosen = f"the checkpoint's int8 export cached in {cached}, {chosen}"
         impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
         impl.chosen = chosen
         if backend_kwargs.get("quantized") and config.int8_threshold is not None:

@@ -12,6 +12,21 @@ from transformers import AutoTokenizer, BertConfig, DistilBertConfig
 from pruner_model import PrunerConfig, PrunerModel, default_backbone_path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_export_cache(tmp_path_factory):
+    """A cache of checkpoint exports of the tests' own (``PRUNER_CACHE``): an export cached on
+    this machine (``pruner export --cache``) never changes what a test's no-flag load runs."""
+    import os
+
+    before = os.environ.get("PRUNER_CACHE")
+    os.environ["PRUNER_CACHE"] = str(tmp_path_factory.mktemp("export_cache"))
+    yield
+    if before is None:
+        os.environ.pop("PRUNER_CACHE", None)
+    else:
+        os.environ["PRUNER_CACHE"] = before
+
+
 @pytest.fixture(scope="session")
 def bert_tokenizer():
     """The bundled MiniLM WordPiece tokenizer (has token_type_ids)."""

@@ -16,7 +16,15 @@ def _export_parser() -> argparse.ArgumentParser:
         "files and export_report.json; fails if the export does not match torch within tolerance.",
     )
     p.add_argument("--model", default=None, help=f"checkpoint folder {DEFAULT_MODEL_HELP}")
-    p.add_argument("--output", required=True, help="export folder")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--output", help="export folder")
+    where.add_argument(
+        "--cache",
+        action="store_true",
+        help="write it where loading the checkpoint with no flags finds it (PRUNER_CACHE, default "
+        "~/.cache/pruner_model, by a digest of the weights and config): on a CPU without native bf16, "
+        "ContextPruner.from_pretrained(MODEL) and every command then run its validated int8 graph",
+    )
     p.add_argument("--quantize", choices=["int8"], default=None, help="also write a dynamic int8 model")
     p.add_argument(
         "--calibration-data",
@@ -40,6 +48,12 @@ def _export_parser() -> argparse.ArgumentParser:
 def export_main(argv: list[str] | None = None) -> int:
     args = _export_parser().parse_args(argv)
     model_dir = existing_model_dir(args.model)
+    if args.cache:
+        from pruner_model.inference.loading import export_cache_dir
+
+        if args.no_validate:
+            raise ValueError("--cache keeps validated exports only: drop --no-validate")
+        args.output = str(export_cache_dir(model_dir))
     calibration = None
     if args.calibration_data is not None:
         if args.quantize != "int8":
@@ -84,10 +98,30 @@ def export_main(argv: list[str] | None = None) -> int:
                 f"{report['int8_evidence']:.3f} / {report['int8_compression']:.3f} (evidence / compression)"
             )
         print(line, file=sys.stderr)
+    if "model.int8.onnx" in report["files"]:
+        scheme = report["int8_scheme"]
+        how = {
+            "smoothed": f"all int8 but the heads, smoothed on {report.get('int8_smoothed_on')}",
+            "fp32 projections": "the feed-forward output projections and the heads kept in fp32",
+            "fp32 feed-forward": "both feed-forward projections and the heads kept in fp32",
+        }.get(scheme, scheme)
+        print(f"int8 scheme: {how}", file=sys.stderr)
     if report.get("fused"):
         ops = ", ".join(f"{k} {v}" for k, v in report["fused_operators"].items())
         print(f"fused: {ops}", file=sys.stderr)
     elif report.get("fusion_skipped"):
         print(f"graph not fused ({report['fusion_skipped']})", file=sys.stderr)
     print(f"exported to {args.output}: {', '.join(report['files'])}", file=sys.stderr)
+    if args.cache:
+        from pruner_model.core.precision import resolve_precision
+
+        if "model.int8.onnx" not in report["files"]:
+            use = "no int8 graph in it: loading the checkpoint runs torch (export with --quantize int8)"
+        elif resolve_precision("auto", "cpu") == "bf16":
+            use = "this CPU has native bf16, which loading the checkpoint runs by default; quantized=True (--quantized) runs this int8 graph"
+        else:
+            use = (
+                f"on this CPU, loading {model_dir} with no flags runs its int8 graph (--dtype fp32 for torch)"
+            )
+        print(f"cached: {use}", file=sys.stderr)
     return 0

@@ -96,6 +96,47 @@ def test_onnx_backend_matches_torch(exported):
     assert len(r) == 2 and len(r[0].passages[0].sentences) == 150
 
 
+def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_not_native(
+    tmp_path, tiny_checkpoint, monkeypatch, caplog, capsys
+):
+    """`pruner export --cache` writes the export where a no-flag load of the checkpoint finds it:
+    on a CPU without native bf16 that load runs the validated int8 graph (the same scores as the
+    export folder's), a precision asked for still gets torch, and a checkpoint whose config changed
+    after the export (a recalibration) no longer finds it."""
+    import logging
+
+    import pruner_model.core.precision as precision
+    import torch
+
+    monkeypatch.setenv("PRUNER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"sse4_2", "avx", "avx2", "fma"}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="pruner_model.inference.loading"):
+        before = ContextPruner.from_pretrained(tiny_checkpoint)
+    assert before.backend.name == "torch" and "--cache --quantize int8" in caplog.text  # the hint
+    assert main(["export", "--model", str(tiny_checkpoint), "--cache", "--quantize", "int8"]) == 0
+    err = capsys.readouterr().err
+    assert "cached: on this CPU, loading" in err and str(tmp_path / "cache") in err
+    auto = ContextPruner.from_pretrained(tiny_checkpoint)
+    assert (auto.backend.name, auto.precision) == ("onnx", "int8") and "cached in" in auto.backend.chosen
+    cached = next((tmp_path / "cache" / "onnx").iterdir())
+    folder = ContextPruner.from_pretrained(cached, device="cpu")
+    a, b = auto.score("Where is the tower?", PASSAGES), folder.score("Where is the tower?", PASSAGES)
+    assert all(np.allclose(x, y) for x, y in zip(a.sentence_scores, b.sentence_scores))
+    for kwargs in ({"dtype": "fp32"}, {"quantized": False}, {"backend": "torch"}):
+        assert ContextPruner.from_pretrained(tiny_checkpoint, **kwargs).backend.name == "torch", kwargs
+    assert ContextPruner.from_pretrained(tiny_checkpoint, quantized=True).precision == "int8"
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    (tiny_checkpoint / "config.json").write_text(json.dumps({**config, "threshold": 0.123}))
+    assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
+    # where bf16 is native the checkpoint's own bf16 is the default, not the cached int8
+    (tiny_checkpoint / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
+    with pytest.raises(SystemExit):  # --cache and --output name two places
+        main(["export", "--model", str(tiny_checkpoint), "--cache", "--output", str(tmp_path / "x")])
+
+
 def test_an_onnx_folder_serves_its_validated_int8_graph_on_a_cpu_unless_told_otherwise(
     exported, tmp_path, capsys
 ):
@@ -406,7 +447,9 @@ def test_int8_is_smoothed_on_labeled_data_and_falls_back_when_that_fails(
     assert len(smooth) == 2  # one per layer of the tiny encoder
     assert all(ops.get(name[: -len("_smooth")] + "_quant") == "MatMulInteger" for name in smooth)
     assert ops["/model/token_head/MatMul"] == "MatMul"  # the heads stay fp32
-    assert not any("smooth" in p.name or p.is_dir() for p in (tmp_path / "out").iterdir())
+    left = {p.name for p in (tmp_path / "out").iterdir() if "smooth" in p.name or p.is_dir()}
+    assert left == {"int8_smoothing.safetensors"}  # the maxima it passed with; no smoothed graph
+    assert report["int8_smoothing_file"] == "int8_smoothing.safetensors"
     # a smoothed graph that fails its check falls back to the fp32 projections, then is refused
     monkeypatch.setattr(quantization, "INT8_MAX_COMPRESSION_LOSS", -1.0)
     with pytest.raises(Exception, match="int8 file not kept"):
@@ -414,6 +457,42 @@ def test_int8_is_smoothed_on_labeled_data_and_falls_back_when_that_fails(
     saved = json.loads((tmp_path / "out2" / "export_report.json").read_text())
     assert saved["int8_tried"] == ["smoothed", "fp32 projections", "fp32 feed-forward"]
     assert saved["int8_scheme"] == "fp32 feed-forward"
+
+
+def test_a_checkpoint_carrying_smoothing_maxima_exports_smoothed_int8_without_labels(
+    tmp_path, tiny_checkpoint, monkeypatch
+):
+    """The maxima a labeled export wrote, carried in a checkpoint folder, smooth its later exports
+    that have no labels (judged by the agreement on the validation sentences); maxima of another
+    encoder (another layer count) are ignored and the projections stay fp32."""
+    import shutil
+
+    import onnx
+    import pruner_model.export.quantize as quantization
+    from safetensors.numpy import load_file, save_file
+
+    from tests.evaluation.test_evaluate import records
+
+    monkeypatch.setattr(quantization, "INT8_MAX_COMPRESSION_LOSS", 1.0)
+    monkeypatch.setattr(quantization, "INT8_MAX_EVIDENCE_LOSS", 1.0)
+    labeled = export_onnx(
+        tiny_checkpoint, tmp_path / "labeled", quantize="int8", calibration_records=records()
+    )
+    assert labeled["int8_scheme"] == "smoothed"
+    ckpt = tmp_path / "carrier"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    shutil.copy(tmp_path / "labeled" / "int8_smoothing.safetensors", ckpt)
+    report = export_onnx(ckpt, tmp_path / "out", quantize="int8")
+    assert report["int8_scheme"] == "smoothed" and report["int8_tried"] == ["smoothed"]
+    assert "int8_smoothing.safetensors" in report["int8_smoothed_on"] and report["int8_ok"]
+    assert "int8_smoothing_file" not in report  # nothing measured here: nothing new to carry
+    ops = {n.name: n.op_type for n in onnx.load(str(tmp_path / "out" / "model.int8.onnx")).graph.node}
+    assert sum(op == "Mul" and name.endswith("/output/dense/MatMul_smooth") for name, op in ops.items()) == 2
+    # the same maxima file with one layer missing does not fit this graph: ignored
+    maxima = load_file(str(ckpt / "int8_smoothing.safetensors"))
+    save_file({"layer.0": maxima["layer.0"]}, str(ckpt / "int8_smoothing.safetensors"))
+    report = export_onnx(ckpt, tmp_path / "out2", quantize="int8")
+    assert report["int8_tried"][0] == "fp32 projections"
 
 
 def test_int8_falls_back_to_fp32_feed_forward_when_the_projections_alone_disagree(
