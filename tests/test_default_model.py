@@ -133,3 +133,33 @@ def test_calibrate_refuses_to_rewrite_the_packages_model(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "copy it first" in err[0]
     assert (DEFAULT_MODEL / "config.json").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_its_export_runs_every_layer_in_int8_with_no_labels_at_hand(tmp_path):
+    """The shipped folder carries the channel maxima of its labeled int8 export: `pruner export
+    --quantize int8` smooths with them (no data needed) and keeps the graph only where it agrees."""
+    from pruner_model.export.onnx import export_onnx
+
+    report = export_onnx(DEFAULT_MODEL, tmp_path / "onnx", quantize="int8")
+    assert report["int8_scheme"] == "smoothed" and report["int8_ok"], report
+    assert "int8_smoothing.safetensors" in report["int8_smoothed_on"]
+    assert not any("/output/dense/" in n for n in report["int8_fp32_nodes"])  # only the heads stay fp32
+
+
+def test_shipping_carries_the_int8_maxima_and_says_so_in_the_card(tmp_path, tiny_checkpoint):
+    import numpy as np
+    from pruner_model.training.ship import ship
+    from safetensors.numpy import save_file
+
+    (tiny_checkpoint / "README.md").write_text("# tiny: a context pruner\n")
+    maxima = {"layer.0": np.ones(37, np.float32)}
+    save_file(
+        maxima, str(tiny_checkpoint / "int8_smoothing.safetensors"), metadata={"source": "3 groups of x"}
+    )
+    out = ship(tiny_checkpoint, tmp_path / "shipped")
+    assert (out / "int8_smoothing.safetensors").read_bytes() == (
+        tiny_checkpoint / "int8_smoothing.safetensors"
+    ).read_bytes()
+    card = (out / "README.md").read_text()
+    assert "## int8" in card and "3 groups of x" in card

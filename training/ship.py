@@ -143,6 +143,29 @@ def data_section(report_path: Path, mix: dict) -> str:
     return DATA_SECTION.format(rows=rows, heldout=heldout)
 
 
+def _card_sections(staging: Path, run: Path, evaluation, data_report) -> None:
+    """The shipped model's own sections of the card in ``staging``: its data and licences, its
+    held-back measurements (also as ``evaluation.json``) and its int8 smoothing, where given."""
+    card = staging / "README.md"
+    sections = []
+    if data_report is not None:
+        import yaml
+
+        mix = (yaml.safe_load((run / "train_config.yaml").read_text()).get("data") or {}).get("mix") or {}
+        sections.append(data_section(Path(data_report), mix))
+    if evaluation is not None:
+        rows, table = measured(Path(evaluation))
+        (staging / "evaluation.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        sections.append(CARD_SECTION.format(table=table))
+    if (staging / "int8_smoothing.safetensors").is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(staging / "int8_smoothing.safetensors"), framework="numpy") as f:
+            sections.append(INT8_SECTION.format(source=(f.metadata() or {}).get("source", "labeled groups")))
+    if sections:
+        card.write_text(card.read_text(encoding="utf-8") + "".join(sections), encoding="utf-8")
+
+
 def ship(
     run: str | Path,
     output: str | Path,
@@ -167,28 +190,7 @@ def ship(
         for name in CARRIED:
             if (run / name).is_file():
                 shutil.copy2(run / name, staging / name)
-        card = staging / "README.md"
-        if data_report is not None:
-            import yaml
-
-            mix = (yaml.safe_load((run / "train_config.yaml").read_text()).get("data") or {}).get("mix") or {}
-            card.write_text(
-                card.read_text(encoding="utf-8") + data_section(Path(data_report), mix), encoding="utf-8"
-            )
-        if evaluation is not None:
-            rows, table = measured(Path(evaluation))
-            (staging / "evaluation.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-            card.write_text(
-                card.read_text(encoding="utf-8") + CARD_SECTION.format(table=table), encoding="utf-8"
-            )
-        if (staging / "int8_smoothing.safetensors").is_file():
-            from safetensors import safe_open
-
-            with safe_open(str(staging / "int8_smoothing.safetensors"), framework="numpy") as f:
-                source = (f.metadata() or {}).get("source", "labeled groups")
-            card.write_text(
-                card.read_text(encoding="utf-8") + INT8_SECTION.format(source=source), encoding="utf-8"
-            )
+        _card_sections(staging, run, evaluation, data_report)
         size = sum(f.stat().st_size for f in staging.iterdir())
         if size > MAX_BYTES:
             raise ValueError(

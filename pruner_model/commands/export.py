@@ -85,6 +85,15 @@ def export_main(argv: list[str] | None = None) -> int:
             + "; export_report.json says so",
             file=sys.stderr,
         )
+    _say_checks(report)
+    print(f"exported to {args.output}: {', '.join(report['files'])}", file=sys.stderr)
+    if args.cache:
+        print(f"cached: {_cache_use(report, model_dir)}", file=sys.stderr)
+    return 0
+
+
+def _say_checks(report: dict) -> None:
+    """The export's checks, its int8 scheme and its fusions, a line each on stderr."""
     if "fp32_max_abs_diff" in report:
         line = f"fp32 max |Δp| vs torch {report['fp32_max_abs_diff']:.2e} (tolerance {report['fp32_tolerance']:.0e})"
         if "int8_agreement" in report:
@@ -111,17 +120,16 @@ def export_main(argv: list[str] | None = None) -> int:
         print(f"fused: {ops}", file=sys.stderr)
     elif report.get("fusion_skipped"):
         print(f"graph not fused ({report['fusion_skipped']})", file=sys.stderr)
-    print(f"exported to {args.output}: {', '.join(report['files'])}", file=sys.stderr)
-    if args.cache:
-        from pruner_model.core.precision import resolve_precision
 
-        if "model.int8.onnx" not in report["files"]:
-            use = "no int8 graph in it: loading the checkpoint runs torch (export with --quantize int8)"
-        elif resolve_precision("auto", "cpu") == "bf16":
-            use = "this CPU has native bf16, which loading the checkpoint runs by default; quantized=True (--quantized) runs this int8 graph"
-        else:
-            use = (
-                f"on this CPU, loading {model_dir} with no flags runs its int8 graph (--dtype fp32 for torch)"
-            )
-        print(f"cached: {use}", file=sys.stderr)
-    return 0
+
+def _cache_use(report: dict, model_dir) -> str:
+    """What loading the checkpoint runs now that its export is cached."""
+    from pruner_model.core.precision import resolve_precision
+
+    if "model.int8.onnx" not in report["files"]:
+        use = "no int8 graph in it: loading the checkpoint runs torch (export with --quantize int8)"
+    elif resolve_precision("auto", "cpu") == "bf16":
+        use = "this CPU has native bf16, which loading the checkpoint runs by default; quantized=True (--quantized) runs this int8 graph"
+    else:
+        use = f"on this CPU, loading {model_dir} with no flags runs its int8 graph (--dtype fp32 for torch)"
+    return use
