@@ -157,6 +157,7 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
                     chosen = f"the checkpoint's int8 export cached in {cached}, {chosen}"
         impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
         impl.chosen = chosen
+        impl.cached = cached  # the checkpoint's cached export it runs, if that is where it came from
         if backend_kwargs.get("quantized") and config.int8_threshold is not None:
             config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
             config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands

@@ -60,6 +60,7 @@ class OnnxBackend:
 
     name = "onnx"
     chosen: str | None = None  # why the int8 graph was picked without being asked for
+    cached: Path | None = None  # the cached export of a checkpoint this runs (inference.loading)
 
     def __init__(
         self,

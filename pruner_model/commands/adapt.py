@@ -180,7 +180,9 @@ def adapt_main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
     runtime = Runtime(
-        load=lambda folder: load_pruner(folder, args, say=False),
+        load=lambda folder: load_pruner(
+            folder, args, say=False, quantized=False
+        ),  # measured in full precision
         llm=lambda model: endpoint_settings(args, model, "--llm-model"),
     )
     try:

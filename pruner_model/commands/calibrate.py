@@ -75,7 +75,7 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     records = [
         validate_labeled(r, f"{path}:{i}") for path in args.data for i, r in enumerate(read_jsonl(path), 1)
     ]
-    pruner = load_pruner(model_dir, args)
+    pruner = load_pruner(model_dir, args, quantized=False)  # full precision, cached int8 export or not
     if pruner.precision == "int8":
         raise ValueError("calibrate a full-precision model (an int8 file keeps its own threshold)")
     result = measure_sample(

@@ -74,8 +74,9 @@ def add_quantized_argument(p: argparse.ArgumentParser) -> None:
         "--quantized",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="an ONNX folder's model.int8.onnx (--no-quantized: model.onnx); default: int8 on a CPU when "
-        "the export validated and kept it",
+        help="an ONNX folder's model.int8.onnx (--no-quantized: model.onnx; for a checkpoint, torch); default: "
+        "int8 on a CPU when the export validated and kept it, and for a checkpoint with an export cached by "
+        "`pruner export --cache` on a CPU without native bf16",
     )
 
 
@@ -103,8 +104,8 @@ def load_pruner(model_dir: Path, args, say: bool = True, **kwargs):
     if "quantized" not in kwargs and getattr(args, "quantized", None) is not None:
         extra["quantized"] = args.quantized  # --quantized / --no-quantized
     pruner = ContextPruner.from_pretrained(model_dir, backend=args.backend, **kwargs, **extra)
-    if say:
-        say_precision(pruner, dtype)
+    if say:  # a checkpoint's cached int8 export is said at once: no flag asked for it
+        say_precision(pruner, dtype, chosen=getattr(pruner.backend, "cached", None) is not None)
     return pruner
 
 

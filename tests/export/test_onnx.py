@@ -125,6 +125,12 @@ def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_no
     assert all(np.allclose(x, y) for x, y in zip(a.sentence_scores, b.sentence_scores))
     for kwargs in ({"dtype": "fp32"}, {"quantized": False}, {"backend": "torch"}):
         assert ContextPruner.from_pretrained(tiny_checkpoint, **kwargs).backend.name == "torch", kwargs
+    # calibration measures the checkpoint itself (torch), cached export or not
+    from tests.evaluation.test_evaluate import records
+
+    labeled = tmp_path / "labeled.jsonl"
+    labeled.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    assert main(["calibrate", "--model", str(tiny_checkpoint), "--data", str(labeled), "--dry-run"]) == 0
     assert ContextPruner.from_pretrained(tiny_checkpoint, quantized=True).precision == "int8"
     config = json.loads((tiny_checkpoint / "config.json").read_text())
     (tiny_checkpoint / "config.json").write_text(json.dumps({**config, "threshold": 0.123}))
