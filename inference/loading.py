@@ -79,8 +79,8 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
     ``path`` runs instead of torch: with ``quantized=True``, wherever it is cached; with nothing
     asked for (no ``dtype``, no ``quantized``), when the export validated and kept it and the CPU
     has no native bf16 (where it is native, the checkpoint's bf16 is the default). None otherwise
-    (or without onnxruntime); where it could run but no export is cached, says once (logging,
-    info) how to cache one."""
+    (or without onnxruntime); where it could run but no export is cached, logs once (debug) how
+    to cache one."""
     from pruner_model.core.precision import resolve_precision
 
     asked = backend_kwargs.get("quantized")
@@ -103,16 +103,16 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
         return None
     if (cache / "model.onnx").is_file() and validated_int8(cache) is not None:
         return cache
-    if not _hinted:
-        _hinted.append(path)
-        logger.info(
+    if str(path) not in _hinted:  # once a checkpoint in a process
+        _hinted.add(str(path))
+        logger.debug(
             "this CPU has no native bf16: the checkpoint runs fp32; an int8 export runs faster and is "
             f"used by itself once cached: pruner export --model {path} --cache --quantize int8"
         )
     return None
 
 
-_hinted: list = []
+_hinted: set[str] = set()
 
 
 def load_backend(path: Path, config, backend: str, device, show_progress_bar: bool, **backend_kwargs):

@@ -106,12 +106,14 @@ def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_no
     import logging
 
     import pruner_model.core.precision as precision
+    import pruner_model.inference.loading as loading
     import torch
 
+    monkeypatch.setattr(loading, "_hinted", set())  # the hint is said once a checkpoint in a process
     monkeypatch.setenv("PRUNER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"sse4_2", "avx", "avx2", "fma"}))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with caplog.at_level(logging.INFO, logger="pruner_model.inference.loading"):
+    with caplog.at_level(logging.DEBUG, logger="pruner_model.inference.loading"):
         before = ContextPruner.from_pretrained(tiny_checkpoint)
     assert before.backend.name == "torch" and "--cache --quantize int8" in caplog.text  # the hint
     assert main(["export", "--model", str(tiny_checkpoint), "--cache", "--quantize", "int8"]) == 0
