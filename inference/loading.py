@@ -79,8 +79,8 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
     ``path`` runs instead of torch: with ``quantized=True``, wherever it is cached; with nothing
     asked for (no ``dtype``, no ``quantized``), when the export validated and kept it and the CPU
     has no native bf16 (where it is native, the checkpoint's bf16 is the default). None otherwise
-    (or without onnxruntime); where it could run but no export is cached, logs once (debug) how
-    to cache one."""
+    (or without onnxruntime); where it could run but no export is cached, logs (debug) how to
+    cache one."""
     from pruner_model.core.precision import resolve_precision
 
     asked = backend_kwargs.get("quantized")
@@ -103,16 +103,11 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
         return None
     if (cache / "model.onnx").is_file() and validated_int8(cache) is not None:
         return cache
-    if str(path) not in _hinted:  # once a checkpoint in a process
-        _hinted.add(str(path))
-        logger.debug(
-            "this CPU has no native bf16: the checkpoint runs fp32; an int8 export runs faster and is "
-            f"used by itself once cached: pruner export --model {path} --cache --quantize int8"
-        )
+    logger.debug(
+        "this CPU has no native bf16: the checkpoint runs fp32; an int8 export runs faster and is "
+        f"used by itself once cached: pruner export --model {path} --cache --quantize int8"
+    )
     return None
-
-
-_hinted: set[str] = set()
 
 
 def load_backend(path: Path, config, backend: str, device, show_progress_bar: bool, **backend_kwargs):
@@ -127,8 +122,6 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
         backend = "onnx" if is_onnx_folder(path) else "torch"
         if backend == "torch" and (cached := cached_int8(path, device, backend_kwargs)) is not None:
             backend, path = "onnx", cached  # the same weights and config, exported and validated
-            backend_kwargs.pop("dtype", None)
-            backend_kwargs.setdefault("quantized", None)
             config.int8_threshold = load_config(cached).int8_threshold
     if backend == "torch":
         if not (path / "model.safetensors").is_file():

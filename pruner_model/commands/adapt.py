@@ -180,9 +180,8 @@ def adapt_main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
     runtime = Runtime(
-        load=lambda folder: load_pruner(
-            folder, args, say=False, quantized=False
-        ),  # measured in full precision
+        # checkpoints are measured in full precision, a cached int8 export of theirs or not
+        load=lambda folder: load_pruner(folder, args, say=False, quantized=False),
         llm=lambda model: endpoint_settings(args, model, "--llm-model"),
     )
     try:

@@ -75,7 +75,11 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     records = [
         validate_labeled(r, f"{path}:{i}") for path in args.data for i, r in enumerate(read_jsonl(path), 1)
     ]
-    pruner = load_pruner(model_dir, args, quantized=False)  # full precision, cached int8 export or not
+    from pruner_model.inference.loading import is_onnx_folder
+
+    # a checkpoint is measured in torch even where its int8 export is cached; an ONNX folder as served
+    full = {} if is_onnx_folder(model_dir) else {"quantized": False}
+    pruner = load_pruner(model_dir, args, **full)
     if pruner.precision == "int8":
         raise ValueError("calibrate a full-precision model (an int8 file keeps its own threshold)")
     result = measure_sample(

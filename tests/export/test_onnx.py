@@ -106,10 +106,8 @@ def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_no
     import logging
 
     import pruner_model.core.precision as precision
-    import pruner_model.inference.loading as loading
     import torch
 
-    monkeypatch.setattr(loading, "_hinted", set())  # the hint is said once a checkpoint in a process
     monkeypatch.setenv("PRUNER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"sse4_2", "avx", "avx2", "fma"}))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -143,6 +141,21 @@ def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_no
     assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
     with pytest.raises(SystemExit):  # --cache and --output name two places
         main(["export", "--model", str(tiny_checkpoint), "--cache", "--output", str(tmp_path / "x")])
+
+
+def test_calibrating_an_onnx_folder_that_serves_int8_is_refused(exported, tmp_path, capsys):
+    """An ONNX folder is calibrated as it is served: where that is its int8 graph (which keeps its
+    own threshold), `pruner calibrate` says so in one line and writes nothing."""
+    from tests.evaluation.test_evaluate import records
+
+    _, out, _ = exported
+    labeled = tmp_path / "labeled.jsonl"
+    labeled.write_text("".join(json.dumps(r) + "\n" for r in records()))
+    before = (out / "config.json").read_text()
+    assert main(["calibrate", "--model", str(out), "--data", str(labeled)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "calibrate a full-precision model" in err[0]
+    assert (out / "config.json").read_text() == before
 
 
 def test_an_onnx_folder_serves_its_validated_int8_graph_on_a_cpu_unless_told_otherwise(
