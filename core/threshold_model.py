@@ -17,6 +17,14 @@ chosen together so that every calibration slice still keeps its promised share o
 (:mod:`pruner_model.evaluation.threshold_fit`). A request is thresholded by its band's threshold;
 ``min_relevance`` drops the passages the relevance head rates under it.
 
+Requests unlike every calibration slice (their features' Mahalanobis distance from the
+calibration requests past ``novelty_cutoff``, the distance that the calibration requests' own
+quantile sets) are thresholded at most at ``novelty_threshold``: the threshold that keeps a
+stricter share of answers on every calibration slice. The bands say what text like the
+calibration's needs; text like none of it (dialogue, legal boilerplate for a model trained on
+encyclopedic text) needs thresholds well below any band, and no calibration slice can say how far
+below, so such a request falls back to the calibration's safest threshold.
+
 A second linear score of the same features may say how likely the request's passages hold an
 answer at all (a logistic classifier of calibration groups with evidence against those without);
 requests under ``answer_edge`` are thresholded by their band's ``unlikely_thresholds`` instead, so
@@ -38,6 +46,7 @@ FIELDS = ("features", "mean", "scale", "edges", "thresholds", "min_relevance")
 LINEAR_FIELDS = ("weights", "bias")  # the linear score: these, or else all of SOURCE_FIELDS
 SOURCE_FIELDS = ("sources", "source_weights", "source_bias", "source_log_thresholds")
 ANSWER_FIELDS = ("answer_weights", "answer_bias", "answer_edge", "unlikely_thresholds")  # all or none
+NOVELTY_FIELDS = ("novelty_precision", "novelty_cutoff", "novelty_threshold")  # all or none
 
 
 def _numbers(xs) -> bool:
@@ -68,6 +77,11 @@ class ThresholdModel:
     answer_bias: float | None = None
     answer_edge: float | None = None
     unlikely_thresholds: tuple[float, ...] | None = None
+    # unfamiliar requests: the precision matrix of the calibration requests' standardized features,
+    # the Mahalanobis distance past which a request is unfamiliar, and the threshold it gets at most
+    novelty_precision: tuple[tuple[float, ...], ...] | None = None
+    novelty_cutoff: float | None = None
+    novelty_threshold: float | None = None
 
     def __post_init__(self) -> None:
         n = len(self.features)
@@ -101,10 +115,25 @@ class ThresholdModel:
                 raise ValueError("threshold_model holds a value that is not a finite number")
             if not all(0.0 <= t <= 1.0 for t in self.unlikely_thresholds):
                 raise ValueError("threshold_model thresholds must be in [0, 1]")
+        self._check_novelty(n)
         if self.min_relevance is not None and not (
             _numbers([self.min_relevance]) and 0 <= self.min_relevance <= 1
         ):
             raise ValueError("threshold_model min_relevance must be null or in [0, 1]")
+
+    def _check_novelty(self, n: int) -> None:
+        novelty = [getattr(self, k) for k in NOVELTY_FIELDS]
+        if any(v is None for v in novelty) and any(v is not None for v in novelty):
+            raise ValueError(f"threshold_model needs all of {', '.join(NOVELTY_FIELDS)} or none")
+        if self.novelty_precision is None:
+            return
+        rows = self.novelty_precision
+        if len(rows) != n or any(len(r) != n for r in rows):
+            raise ValueError(f"threshold_model novelty_precision must be {n} x {n}")
+        if not _numbers((*(x for r in rows for x in r), self.novelty_cutoff, self.novelty_threshold)):
+            raise ValueError("threshold_model holds a value that is not a finite number")
+        if self.novelty_cutoff <= 0 or not 0.0 <= self.novelty_threshold <= 1.0:
+            raise ValueError("threshold_model novelty_cutoff must be positive, novelty_threshold in [0, 1]")
 
     def _check_score(self, n: int) -> None:
         """Exactly one score form, each of its values a finite number of the right count."""
@@ -161,6 +190,20 @@ class ThresholdModel:
             return np.zeros(len(np.atleast_2d(features)), dtype=bool)
         return answer < self.answer_edge
 
+    def novelty(self, features: np.ndarray) -> np.ndarray | None:
+        """``[n]``: each request's Mahalanobis distance from the calibration requests (None without)."""
+        if self.novelty_precision is None:
+            return None
+        z = self._standard(np.atleast_2d(features))
+        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", z, np.asarray(self.novelty_precision), z), 0.0))
+
+    def unfamiliar(self, features: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: the requests unlike every calibration slice."""
+        distance = self.novelty(features)
+        if distance is None:
+            return np.zeros(len(np.atleast_2d(features)), dtype=bool)
+        return distance > self.novelty_cutoff
+
     def thresholds_of(self, features: np.ndarray) -> np.ndarray:
         """Each request's threshold (``features``: ``[n, d]``)."""
         bands = self.bands(features)
@@ -168,6 +211,9 @@ class ThresholdModel:
         if self.unlikely_thresholds is not None:
             low = self.unlikely(features)
             out[low] = np.asarray(self.unlikely_thresholds)[bands[low]]
+        if self.novelty_threshold is not None:
+            far = self.unfamiliar(features)
+            out[far] = np.minimum(out[far], self.novelty_threshold)
         return out
 
     def threshold(self, features: np.ndarray) -> float:
@@ -179,6 +225,11 @@ class ThresholdModel:
         if self.answer_weights is None:  # a file without the answer split reads as before
             for k in ANSWER_FIELDS:
                 del d[k]
+        if self.novelty_precision is None:  # nor one without the unfamiliar-request fallback
+            for k in NOVELTY_FIELDS:
+                del d[k]
+        else:
+            d["novelty_precision"] = [[float(x) for x in row] for row in self.novelty_precision]
         for k in LINEAR_FIELDS if self.weights is None else SOURCE_FIELDS:
             del d[k]
         if self.source_weights is not None:
@@ -204,7 +255,9 @@ class ThresholdModel:
     def from_dict(cls, d: dict) -> ThresholdModel:
         if not isinstance(d, dict):
             raise ValueError("threshold_model must be a JSON object")
-        known = set(FIELDS) | set(LINEAR_FIELDS) | set(SOURCE_FIELDS) | set(ANSWER_FIELDS)
+        known = (
+            set(FIELDS) | set(LINEAR_FIELDS) | set(SOURCE_FIELDS) | set(ANSWER_FIELDS) | set(NOVELTY_FIELDS)
+        )
         missing, extra = set(FIELDS) - set(d), set(d) - known
         if missing or extra:
             raise ValueError(f"threshold_model fields: missing {sorted(missing)}, unknown {sorted(extra)}")
@@ -214,14 +267,17 @@ class ThresholdModel:
             isinstance(d.get(k), list | None) for k in optional
         ):
             raise ValueError(f"threshold_model fields {', '.join(lists + optional)} must be lists")
-        rows = d.get("source_weights")
-        if rows is not None and not all(isinstance(r, list) for r in rows):
-            raise ValueError("threshold_model source_weights must be a list of lists")
+        matrices = {}
+        for k in ("source_weights", "novelty_precision"):
+            rows = d.get(k)
+            if rows is not None and not (isinstance(rows, list) and all(isinstance(r, list) for r in rows)):
+                raise ValueError(f"threshold_model {k} must be a list of lists")
+            matrices[k] = None if rows is None else tuple(tuple(r) for r in rows)
         return cls(
             **{k: tuple(d[k]) if k in lists else d[k] for k in FIELDS},
             **{
                 k: tuple(d[k]) if k in optional and d.get(k) is not None else d.get(k)
-                for k in known - set(FIELDS) - {"source_weights"}
+                for k in known - set(FIELDS) - set(matrices)
             },
-            source_weights=None if rows is None else tuple(tuple(r) for r in rows),
+            **matrices,
         )

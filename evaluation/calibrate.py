@@ -73,6 +73,7 @@ class CalibrationRule:
     per_request: bool = True
     per_request_bands: int = 8
     per_request_answer_shares: tuple[float, ...] = ()
+    per_request_novelty: tuple[float, float] | None = (0.95, 0.99)
     uncertain_share: float = 0.1
     summary_target: float | None = 0.99
 
@@ -83,6 +84,8 @@ class CalibrationRule:
         values["relative_floors"] = tuple(values["relative_floors"])
         values["relevance_exponents"] = tuple(values["relevance_exponents"])
         values["per_request_answer_shares"] = tuple(values["per_request_answer_shares"])
+        if values["per_request_novelty"] is not None:
+            values["per_request_novelty"] = tuple(values["per_request_novelty"])
         return cls(**values)
 
     @property
@@ -211,7 +214,12 @@ def _per_request(slices: list[CalibrationSlice], rule: CalibrationRule, score_ru
     features = {s.label: group_features(s.groups, s.scored, *score_rule) for s in slices}
     fit = [FitSlice(s.label, with_score_rules(s.scored, *score_rule), features[s.label]) for s in slices]
     model = fit_threshold_model(
-        fit, rule.aim, rule.confidence, rule.per_request_bands, answer_shares=rule.per_request_answer_shares
+        fit,
+        rule.aim,
+        rule.confidence,
+        rule.per_request_bands,
+        answer_shares=rule.per_request_answer_shares,
+        novelty=rule.per_request_novelty,
     )
     if model is None:
         return None, {}

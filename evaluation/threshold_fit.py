@@ -27,6 +27,14 @@ on calibration slices.
    handed on nearly empty where the features can tell them, and where they cannot, nothing is lost:
    the answered groups among them still count towards every slice's target.
 
+5. Unfamiliar requests (``novelty``: the fit's default :data:`NOVELTY`): the calibration requests'
+   standardized features give a precision matrix (ridge :data:`NOVELTY_RIDGE`) and a cutoff, the
+   Mahalanobis distance that ``quantile`` of them stay within; a request past it gets at most the
+   threshold under which every slice with evidence keeps ``tail`` of its queries' evidence. The
+   bands are fitted on calibration text and can only say what such text needs; a model's scores
+   on text unlike all of it need far lower thresholds, by an amount no calibration slice shows
+   (docs/results.md measures it on whole data sets never trained or calibrated on).
+
 So every slice keeps its promise, as under one threshold, while requests that look like easy text
 are thresholded like easy text. docs/design.md says why and how it was measured.
 """
@@ -47,6 +55,8 @@ CANDIDATES = np.logspace(-4.5, -0.3, 80)  # thresholds a band may take (relative
 GATES = (None, 0.02, 0.05)  # passage relevance gates tried with the bands
 STEPS = (1, 2, 4, 8)  # candidate steps one move may take
 MIN_SPREAD = 4.0  # the slices' own thresholds must span this factor for bands to pay
+NOVELTY = (0.95, 0.99)  # (share of calibration requests within the cutoff, share kept past it)
+NOVELTY_RIDGE = 0.05  # added to the standardized features' covariance before it is inverted
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,7 @@ def fit_threshold_model(
     answer_shares: tuple[float, ...] = (),
     criterion: str = "gain",
     score: str = "sources",
+    novelty: tuple[float, float] | None = NOVELTY,
 ) -> ThresholdModel | None:
     """The per-request threshold model of ``slices`` (see the module docstring); None when the
     slices' own thresholds lie within a factor :data:`MIN_SPREAD` (one threshold serves them all)."""
@@ -268,6 +279,7 @@ def fit_threshold_model(
             unlikely_thresholds=tuple(float(CANDIDATES[i]) for i in idx[bands:]),
         )
         idx = idx[:bands]
+    unfamiliar = {} if novelty is None else novelty_fields(slices, mean, scale, *novelty, confidence)
     return ThresholdModel(
         features=FEATURES,
         **fields,
@@ -275,6 +287,30 @@ def fit_threshold_model(
         thresholds=tuple(float(CANDIDATES[i]) for i in idx),
         min_relevance=gate,
         **answer,
+        **unfamiliar,
+    )
+
+
+def novelty_fields(
+    slices: list[FitSlice],
+    mean: np.ndarray,
+    scale: np.ndarray,
+    quantile: float,
+    tail: float,
+    confidence: float | None = None,
+) -> dict:
+    """The unfamiliar-request fallback of ``slices`` (step 5 of the module docstring): the
+    ``novelty_*`` fields of a :class:`ThresholdModel` standardizing by ``mean`` and ``scale``."""
+    if not 0 < quantile < 1 or not 0 < tail <= 1:
+        raise ValueError(f"novelty needs a quantile in (0, 1) and a tail in (0, 1], got {quantile}, {tail}")
+    z = (np.concatenate([s.features for s in slices]) - mean) / scale
+    precision = np.linalg.inv(np.cov(z.T) + NOVELTY_RIDGE * np.eye(z.shape[1]))
+    distance = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", z, precision, z), 0.0))
+    live = [s for s in slices if any(g.has_evidence for g in s.groups)]
+    return dict(
+        novelty_precision=tuple(tuple(float(x) for x in row) for row in precision),
+        novelty_cutoff=float(np.quantile(distance, quantile)),
+        novelty_threshold=float(min(calibrate_threshold(s.groups, tail, confidence) for s in live)),
     )
 
 

@@ -6,6 +6,7 @@ calibration slices, measured on the held-back splits, from one cache of scored g
     python experiments/request_thresholds.py leave_out --cache /tmp/rt.pkl  # unseen text, simulated
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
     python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/default  # its gate's cost
+    python experiments/request_thresholds.py novelty --cache /tmp/rt.pkl --model runs/default [--write]
     python experiments/request_thresholds.py cosines --cache /tmp/rt.pkl --cosines /tmp/cos.pkl
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl --cosines /tmp/cos.pkl --fuse 1:0.1:abs
 
@@ -353,6 +354,60 @@ def gate(args) -> None:
         )
 
 
+def novelty(args) -> None:
+    """The checkpoint's own default on the cached report (and never-trained) slices without and
+    with the unfamiliar-request fallback fitted on the cached calibration slices (``--quantile``,
+    ``--tail``: ``calibration.per_request_novelty``); ``--write`` adds that fallback to the
+    checkpoint's threshold model, its bands left as they are."""
+    import dataclasses
+    import json
+    import os
+    from pathlib import Path
+
+    from pruner_model.core.threshold_model import ThresholdModel
+    from pruner_model.evaluation.metrics import best_compression_at, metrics_at, sweep
+    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, novelty_fields
+
+    with open(args.cache, "rb") as f:
+        data = _prepare(pickle.load(f))
+    path = Path(args.model) / "config.json"
+    config = json.loads(path.read_text())
+    base = ThresholdModel.from_dict(config["threshold_model"])
+    base = dataclasses.replace(base, novelty_precision=None, novelty_cutoff=None, novelty_threshold=None)
+    slices = [FitSlice(n, v[2], v[0]) for n, v in data["cal"].items()]
+    fields = novelty_fields(slices, np.asarray(base.mean), np.asarray(base.scale), args.quantile, args.tail)
+    model = dataclasses.replace(base, **fields)
+    print(
+        f"cutoff {fields['novelty_cutoff']:.2f} (quantile {args.quantile} of {sum(len(s.features) for s in slices)} "
+        f"calibration requests); fallback threshold {fields['novelty_threshold']:.5f} (every calibration slice "
+        f"keeps {args.tail})"
+    )
+    print("kept / compression / answer-less tokens kept; own: compression at the target, threshold swept")
+    for part in [p for p in ("report", "heldout") if p in data]:
+        for name, (X, _, gs, _) in data[part].items():
+            if not any(g.has_evidence for g in gs):
+                continue
+            row = []
+            for m in (base, model):
+                r = metrics_at(
+                    gs, float("nan"), RequestDefault(m.thresholds_of(X), m.min_relevance).masks(gs)
+                )
+                row.append(
+                    f"{r['evidence_preserved']:.3f} / {r['compression']:.3f} / {r['negative_tokens_kept']:.3f}"
+                )
+            own = best_compression_at(sweep(gs), args.target)["compression"]
+            print(
+                f"  {part:8s} {name:20s} unfamiliar {model.unfamiliar(X).mean():.2f}  own {own:.3f}  "
+                f"bands {row[0]}  with fallback {row[1]}"
+            )
+    if args.write:
+        config["threshold_model"] = model.to_dict()
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        print(f"wrote the fallback into {path}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -378,8 +433,16 @@ def main() -> None:
     g = sub.add_parser("gate")
     g.add_argument("--cache", required=True)
     g.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
+    n = sub.add_parser("novelty")
+    n.add_argument("--cache", required=True)
+    n.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
+    n.add_argument("--quantile", type=float, default=0.95)
+    n.add_argument("--tail", type=float, default=0.99)
+    n.add_argument("--target", type=float, default=0.95)
+    n.add_argument("--write", action="store_true", help="add the fallback to the checkpoint's config.json")
     args = p.parse_args()
     commands = {
+        "novelty": novelty,
         "score": score,
         "fit": fit,
         "folds": folds,

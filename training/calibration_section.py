@@ -80,6 +80,11 @@ class CalibrationSection:
     # empty: no answer split. Off by default: on the quickstart it compressed the held-back splits
     # a little more but kept fewer of their answers than the calibration slices (docs/design.md)
     per_request_answer_shares: list[float] = field(default_factory=list)
+    # [quantile, tail]: a request farther (Mahalanobis distance of its features) from the
+    # calibration requests than `quantile` of them gets at most the threshold under which every
+    # slice keeps `tail` of its answers; null: none. Text unlike all calibration text needs far
+    # lower thresholds than any band (docs/design.md)
+    per_request_novelty: list[float] | None = field(default_factory=lambda: [0.95, 0.99])
 
     def __post_init__(self) -> None:
         self._check_settings()
@@ -97,6 +102,18 @@ class CalibrationSection:
         ):
             raise ConfigError(
                 f"calibration.per_request_answer_shares must be a list of shares in (0, 1), got {shares!r}"
+            )
+        novelty = self.per_request_novelty
+        if novelty is not None and not (
+            isinstance(novelty, list | tuple)
+            and len(novelty) == 2
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in novelty)
+            and 0 < novelty[0] < 1
+            and 0 < novelty[1] <= 1
+        ):
+            raise ConfigError(
+                "calibration.per_request_novelty must be [quantile in (0, 1), tail in (0, 1]] or null, "
+                f"got {novelty!r}"
             )
         if isinstance(self.bf16, bool):  # the Python API's CalibrationSection(bf16=True)
             self.bf16 = "yes" if self.bf16 else "no"

@@ -92,8 +92,8 @@ def _answerless_kept(model: ThresholdModel, s: FitSlice) -> tuple[float, float]:
 def test_requests_unlikely_to_hold_an_answer_are_handed_on_nearly_empty():
     fit = [_with_answerless(_slice("easy", 400, False, 0), 0.2, 10), _slice("hard", 400, True, 1)]
     fit[1] = _with_answerless(fit[1], 0.2, 11)
-    split = fit_threshold_model(fit, 0.95, bands=4, answer_shares=(0.1, 0.2, 0.3))
-    plain = fit_threshold_model(fit, 0.95, bands=4)
+    split = fit_threshold_model(fit, 0.95, bands=4, answer_shares=(0.1, 0.2, 0.3), novelty=None)
+    plain = fit_threshold_model(fit, 0.95, bands=4, novelty=None)
     assert split.unlikely_thresholds is not None and plain.unlikely_thresholds is None
     for k, s in enumerate((_slice("easy", 400, False, 2), _slice("hard", 400, True, 3))):  # new groups
         s = _with_answerless(s, 0.2, 12 + k)
@@ -104,6 +104,34 @@ def test_requests_unlikely_to_hold_an_answer_are_handed_on_nearly_empty():
         if s.name == "hard":  # without the split, its band's low threshold keeps their noise
             assert kept_plain > 0.5, kept_plain
     assert ThresholdModel.from_dict(json.loads(json.dumps(split.to_dict()))) == split
+
+
+def test_a_request_unlike_every_calibration_slice_falls_back_to_the_safest_threshold():
+    """Text unlike all calibration text (one feature far outside what calibration saw) that reads
+    as easy text on the band score, and whose evidence needs a threshold as low as the hard text's:
+    the bands alone drop its evidence; the fallback keeps it, while familiar text stays banded."""
+    fit = [_slice("easy", 400, False, 0), _slice("hard", 400, True, 1)]
+    banded = fit_threshold_model(fit, 0.95, bands=4, novelty=None)
+    model = fit_threshold_model(fit, 0.95, bands=4)
+    assert banded.novelty_precision is None and model.novelty_cutoff > 0
+    assert model.novelty_threshold <= min(calibrate_threshold(s.groups, 0.99) for s in fit) + 1e-12
+    alien = _kind("hard", 300, 5, "alien")  # hard text's evidence ...
+    alien.features[:, TELL] = np.random.default_rng(6).normal(0.0, 0.5, 300)  # ... looking easy
+    alien.features[:, FEATURES.index("quote_share")] += 8.0  # and like nothing calibration saw
+    kept = {}
+    for name, m in (("bands", banded), ("fallback", model)):
+        default = RequestDefault(m.thresholds_of(alien.features), m.min_relevance)
+        kept[name] = metrics_at(alien.groups, float("nan"), default.masks(alien.groups))["evidence_preserved"]
+    assert model.unfamiliar(alien.features).mean() > 0.95
+    assert kept["bands"] < 0.5 and kept["fallback"] >= 0.95, kept
+    easy = _slice("easy", 400, False, 2)  # new groups of familiar text
+    assert model.unfamiliar(easy.features).mean() < 0.15
+    own = metrics_at(easy.groups, calibrate_threshold(easy.groups, 0.95))["compression"]
+    m = metrics_at(
+        easy.groups, float("nan"), RequestDefault(model.thresholds_of(easy.features), None).masks(easy.groups)
+    )
+    assert m["compression"] >= 0.8 * own, (m["compression"], own)
+    assert ThresholdModel.from_dict(json.loads(json.dumps(model.to_dict()))) == model
 
 
 def test_slices_that_need_the_same_threshold_get_no_model():
@@ -136,6 +164,17 @@ def test_the_model_round_trips_and_a_damaged_one_is_refused():
         ThresholdModel.from_dict({**bad, "shift": 1.0})
     with pytest.raises(ValueError, match="all of"):  # half an answer split
         ThresholdModel.from_dict({**bad, "answer_edge": 0.0})
+    assert model.novelty_precision is not None  # the fit's default: the unfamiliar-request fallback
+    for key, value, message in (
+        ("novelty_cutoff", None, "all of"),
+        ("novelty_precision", [[0.0]], "must be"),
+        ("novelty_threshold", 1.5, "novelty_threshold in"),
+        ("novelty_cutoff", float("inf"), "finite"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ThresholdModel.from_dict({**bad, key: value})
+    plain = {k: v for k, v in bad.items() if not k.startswith("novelty")}  # a file written before it
+    assert not ThresholdModel.from_dict(plain).unfamiliar(np.zeros((2, len(FEATURES)))).any()
 
 
 def _banded_checkpoint(path):
