@@ -75,7 +75,9 @@ def passage_result(
     )
 
 
-def prune_stats(units: Units, keep, removed: int, confidence: float, uncertain: bool, params) -> PruneStats:
+def prune_stats(
+    units: Units, keep, removed: int, confidence: float, uncertain: bool, params, unfamiliar: bool = False
+) -> PruneStats:
     """A request's counts: tokens and sentences in and out, duplicates, confidence, savings."""
     tokens_in = int(units.tokens.sum())
     tokens_out = int(units.tokens[keep].sum())
@@ -93,6 +95,7 @@ def prune_stats(units: Units, keep, removed: int, confidence: float, uncertain: 
         uncertain=uncertain,
         tokens_saved=tokens_in - tokens_out,
         cost_saved=None if price is None else (tokens_in - tokens_out) / 1e6 * price,
+        unfamiliar=unfamiliar,
     )
 
 

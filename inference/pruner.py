@@ -367,8 +367,10 @@ class ContextPruner:
         """Selection over the units of one query's passages, then the typed result."""
         pairs = self._weighted([by_pair.get((qi, pi)) for pi in range(len(passages))])
         units, starts, ends = flat_units(passages, pairs)
+        unfamiliar = False
         if params.threshold is None:  # the checkpoint's per-request threshold, from the request itself
-            params = params.with_request_threshold(*self._request_threshold(query, units))
+            threshold, gate, unfamiliar = self._request_threshold(query, units)
+            params = params.with_request_threshold(threshold, gate)
         counter = token_counter(params.budget_tokenizer)
         if counter is not None:  # budgets and counts in the generator's tokens
             units.tokens = counter(units.texts)
@@ -382,13 +384,14 @@ class ContextPruner:
             tiers = np.where(keep, "verbatim", "dropped").astype(object)
             tiers[middle_tier(units, keep, params)] = MIDDLE
         results = [passage_result(p, units, keep, starts, ends, pi, tiers) for pi, p in enumerate(passages)]
-        stats = prune_stats(units, keep, removed, confidence, uncertain, params)
+        stats = prune_stats(units, keep, removed, confidence, uncertain, params, unfamiliar)
         text = "\n\n".join(r.text for r in results if r.text)
         return PruneResult(query, text, tuple(results), stats, params.threshold)
 
-    def _request_threshold(self, query: str, units: Units) -> tuple[float, float | None]:
+    def _request_threshold(self, query: str, units: Units) -> tuple[float, float | None, bool]:
         """The threshold and passage relevance gate the checkpoint's threshold model gives this
-        request (units: scored and relevance-weighted, before the relative floor)."""
+        request (units: scored and relevance-weighted, before the relative floor), and whether it
+        read the request as unlike all of its calibration text."""
         cached = self._threshold_model
         if cached is None or cached[0] is not self.config.threshold_model:
             cached = (self.config.threshold_model, ThresholdModel.from_dict(self.config.threshold_model))
@@ -397,4 +400,4 @@ class ContextPruner:
         feats = request_features(
             query, units.texts, units.passage, units.scores, self.config.relative_floor, units.relevance
         )
-        return model.threshold(feats), model.min_relevance
+        return model.threshold(feats), model.min_relevance, bool(model.unfamiliar(feats[None, :])[0])

@@ -91,6 +91,8 @@ class PruneStats:
     cost_saved: float | None = None  # USD, when prune() was given price_per_million_tokens (net of
     # the summarizer's spend with summarize on)
     summary: SummaryStats | None = None  # with summarize: the middle tier's accounting
+    unfamiliar: bool = False  # the checkpoint's per-request threshold read the request as unlike all
+    # of its calibration text and thresholded it at its safest threshold (core/threshold_model.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,9 +177,9 @@ def test_the_model_round_trips_and_a_damaged_one_is_refused():
     assert not ThresholdModel.from_dict(plain).unfamiliar(np.zeros((2, len(FEATURES)))).any()
 
 
-def _banded_checkpoint(path):
+def _banded_checkpoint(path, **novelty):
     """A checkpoint whose threshold model keeps every unit of a request without a question mark
-    and only the best unit of one with a question mark."""
+    and only the best unit of one with a question mark (``novelty``: its ``novelty_*`` fields)."""
     config = json.loads((path / "config.json").read_text())
     weights = [0.0] * len(FEATURES)
     weights[FEATURES.index("question_mark")] = 1.0
@@ -192,6 +192,7 @@ def _banded_checkpoint(path):
         edges=(0.5,),
         thresholds=(0.0, 1.0),
         min_relevance=None,
+        **novelty,
     )
     config.update(threshold_model=model.to_dict(), relative_floor=0.001, threshold=0.0)
     (path / "config.json").write_text(json.dumps(config))
@@ -209,6 +210,24 @@ def test_the_python_api_thresholds_each_request_by_its_band(tiny_checkpoint):
     assert question.threshold == 1.0 and question.stats.sentences_out == 1  # the best unit alone
     # a threshold or an operating point given by the request takes the place of the model's
     assert pruner.prune("when was the tower built?", passages, threshold=0.0).stats.sentences_out == 3
+
+
+def test_a_request_the_model_reads_as_unfamiliar_gets_the_fallback_and_says_so(tiny_checkpoint):
+    from pruner_model import ContextPruner
+
+    n, mark = len(FEATURES), FEATURES.index("question_mark")
+    precision = tuple(tuple(1.0 if i == j == mark else 0.0 for j in range(n)) for i in range(n))
+    # a question mark is "unlike the calibration text" here: distance 1 past the cutoff 0.5
+    path = _banded_checkpoint(
+        tiny_checkpoint, novelty_precision=precision, novelty_cutoff=0.5, novelty_threshold=0.0
+    )
+    pruner = ContextPruner.from_pretrained(path)
+    passages = ["Paris is the capital of France. The tower was built in 1889. It is made of iron."]
+    question = pruner.prune("when was the tower built?", passages)
+    statement = pruner.prune("tower built", passages)
+    assert question.stats.unfamiliar and question.threshold == 0.0 and question.stats.sentences_out == 3
+    assert not statement.stats.unfamiliar and statement.to_dict()["stats"]["unfamiliar"] is False
+    assert not pruner.prune("when was the tower built?", passages, threshold=1.0).stats.unfamiliar
 
 
 def test_a_damaged_threshold_model_is_refused_at_load(tiny_checkpoint):
