@@ -163,3 +163,40 @@ def test_shipping_carries_the_int8_maxima_and_says_so_in_the_card(tmp_path, tiny
     ).read_bytes()
     card = (out / "README.md").read_text()
     assert "## int8" in card and "3 groups of x" in card
+
+
+def test_new_measurements_replace_the_cards_section_and_nothing_else(tmp_path):
+    from pruner_model.training.ship import refresh_measurements
+
+    folder = tmp_path / "shipped"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    card = "# m\n\n## Operating point\n\ntext\n\n## Measured on held-back data\n\nold | table\n\n## int8\n\nkept\n"
+    (folder / "README.md").write_text(card)
+    evaluation = tmp_path / "eval"
+    for split, name in (("dev", "squad"), ("heldout", "friendsqa")):
+        at = {"evidence_preserved": 0.9, "compression": 0.5, "promise": {"interval": [0.8, 0.95]}}
+        report = {
+            "max_groups": 300,
+            "sources": {
+                name: {
+                    "groups": 300,
+                    "at_checkpoint_threshold": at,
+                    "tokens_kept_at_checkpoint": {"answerless": 0.2},
+                    "compression_at_0.95": 0.4,
+                    "ranking": {"gold_first": 0.7},
+                }
+            },
+        }
+        (evaluation / split).mkdir(parents=True)
+        (evaluation / split / "sources.json").write_text(json.dumps(report))
+    refresh_measurements(folder, evaluation)
+    new = (folder / "README.md").read_text()
+    assert "old | table" not in new and "| friendsqa | heldout | 300 | 0.900 [0.800, 0.950] | 0.500" in new
+    assert new.startswith("# m\n\n## Operating point\n\ntext\n\n## Measured on held-back data\n")
+    assert new.endswith("\n\n## int8\n\nkept\n") and new.count("## Measured") == 1
+    assert json.loads((folder / "evaluation.json").read_text())["sets"]["squad"]["compression"] == 0.5
+    assert (folder / "model.safetensors").read_bytes() == b"weights"
+    (folder / "README.md").write_text("# no such section\n")
+    with pytest.raises(ValueError, match="no '## Measured on held-back data' section"):
+        refresh_measurements(folder, evaluation)

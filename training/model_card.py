@@ -123,6 +123,14 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
                 else ""
             )
             + (f", behind a passage relevance gate of {gate}" if gate is not None else "")
+            + (
+                "; a request unlike all of the calibration text (its features far from every "
+                "calibration request: `calibration.per_request_novelty`) gets at most "
+                f"{tm['novelty_threshold']:.4f}, the threshold under which every calibration slice keeps "
+                "a stricter share of its answers, and `stats.unfamiliar` says so"
+                if tm.get("novelty_threshold") is not None
+                else ""
+            )
             + f". `threshold={config.threshold:.4f}` is the one threshold that holds on every slice at once"
             f"{shifted}; it keeps more on most text. Measured on dev groups that were not used to calibrate it:"
         )

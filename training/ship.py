@@ -166,6 +166,27 @@ def _card_sections(staging: Path, run: Path, evaluation, data_report) -> None:
         card.write_text(card.read_text(encoding="utf-8") + "".join(sections), encoding="utf-8")
 
 
+def refresh_measurements(folder: str | Path, evaluation: str | Path) -> Path:
+    """Rewrite a shipped folder's ``evaluation.json`` and its card's measured section from new
+    ``pruner evaluate`` reports (after its operating point changed), weights and the rest untouched;
+    each file is replaced whole."""
+    folder = Path(folder)
+    card_path = folder / "README.md"
+    card = card_path.read_text(encoding="utf-8")
+    head = CARD_SECTION.split("\n")[1]  # "## Measured on held-back data"
+    if head not in card:
+        raise ValueError(f"{card_path}: no '{head}' section to replace")
+    rows, table = measured(Path(evaluation))
+    start = card.index(head) - 1  # the blank line before it
+    end = card.find("\n## ", start + len(head) + 1)
+    card = card[:start] + CARD_SECTION.format(table=table) + ("" if end < 0 else card[end:])
+    for path, text in ((folder / "evaluation.json", json.dumps(rows, indent=1) + "\n"), (card_path, card)):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return folder
+
+
 def ship(
     run: str | Path,
     output: str | Path,
@@ -225,8 +246,20 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="pruner data qa's report.json: the card lists the sets and licences",
     )
+    p.add_argument(
+        "--measurements-only",
+        action="store_true",
+        help="RUN is a shipped folder: rewrite its evaluation.json and its card's measured section "
+        "from --evaluation, weights untouched (after its operating point changed)",
+    )
     args = p.parse_args(argv)
     try:
+        if args.measurements_only:
+            if args.evaluation is None:
+                raise ValueError("--measurements-only needs --evaluation")
+            out = refresh_measurements(args.run, args.evaluation)
+            print(f"rewrote the measurements of {out}", file=sys.stderr)
+            return 0
         out = ship(args.run, args.output or default_model_path(), args.evaluation, args.data_report)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
