@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import numpy as np
 from pruner_model.core.request_features import FEATURES
@@ -156,8 +157,16 @@ class ThresholdModel:
         if not _numbers((*(x for r in rows for x in r), *self.source_bias, *self.source_log_thresholds)):
             raise ValueError("threshold_model holds a value that is not a finite number")
 
+    @cached_property
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """The fields as arrays, converted once (a request's threshold is computed per request)."""
+        out = {"mean": np.asarray(self.mean), "scale": np.asarray(self.scale)}
+        if self.novelty_precision is not None:
+            out["precision"] = np.asarray(self.novelty_precision)
+        return out
+
     def _standard(self, features: np.ndarray) -> np.ndarray:
-        return (np.asarray(features, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.scale)
+        return (np.asarray(features, dtype=np.float64) - self._arrays["mean"]) / self._arrays["scale"]
 
     def source_probabilities(self, features: np.ndarray) -> np.ndarray:
         """``[n, sources]``: how likely each request comes from each calibration slice (the
@@ -195,7 +204,7 @@ class ThresholdModel:
         if self.novelty_precision is None:
             return None
         z = self._standard(np.atleast_2d(features))
-        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", z, np.asarray(self.novelty_precision), z), 0.0))
+        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", z, self._arrays["precision"], z), 0.0))
 
     def unfamiliar(self, features: np.ndarray) -> np.ndarray:
         """``[n]`` bool: the requests unlike every calibration slice."""
