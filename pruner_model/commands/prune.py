@@ -101,7 +101,12 @@ def prune_main(argv: list[str] | None = None) -> int:
         out = result.text
         print(
             f"kept {s.sentences_out}/{s.sentences_in} sentences, {s.tokens_out}/{s.tokens_in} tokens "
-            f"(compression {s.compression:.1%})",
+            f"(compression {s.compression:.1%})"
+            + (
+                "; the request reads unlike the model's calibration text: its safest threshold"
+                if s.unfamiliar
+                else ""
+            ),
             file=sys.stderr,
         )
     if args.output:
