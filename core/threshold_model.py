@@ -213,6 +213,10 @@ class ThresholdModel:
             return np.zeros(len(np.atleast_2d(features)), dtype=bool)
         return distance > self.novelty_cutoff
 
+    def far(self, features: np.ndarray) -> bool:
+        """Whether one request (``features``: ``[d]``) is unlike every calibration slice."""
+        return bool(self.unfamiliar(np.asarray(features, dtype=np.float64)[None, :])[0])
+
     def thresholds_of(self, features: np.ndarray) -> np.ndarray:
         """Each request's threshold (``features``: ``[n, d]``)."""
         bands = self.bands(features)

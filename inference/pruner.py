@@ -367,10 +367,7 @@ class ContextPruner:
         """Selection over the units of one query's passages, then the typed result."""
         pairs = self._weighted([by_pair.get((qi, pi)) for pi in range(len(passages))])
         units, starts, ends = flat_units(passages, pairs)
-        unfamiliar = False
-        if params.threshold is None:  # the checkpoint's per-request threshold, from the request itself
-            threshold, gate, unfamiliar = self._request_threshold(query, units)
-            params = params.with_request_threshold(threshold, gate)
+        params, unfamiliar = self._request_params(query, units, params)
         counter = token_counter(params.budget_tokenizer)
         if counter is not None:  # budgets and counts in the generator's tokens
             units.tokens = counter(units.texts)
@@ -388,16 +385,16 @@ class ContextPruner:
         text = "\n\n".join(r.text for r in results if r.text)
         return PruneResult(query, text, tuple(results), stats, params.threshold)
 
-    def _request_threshold(self, query: str, units: Units) -> tuple[float, float | None, bool]:
-        """The threshold and passage relevance gate the checkpoint's threshold model gives this
-        request (units: scored and relevance-weighted, before the relative floor), and whether it
-        read the request as unlike all of its calibration text."""
-        cached = self._threshold_model
-        if cached is None or cached[0] is not self.config.threshold_model:
-            cached = (self.config.threshold_model, ThresholdModel.from_dict(self.config.threshold_model))
-            self._threshold_model = cached
-        model = cached[1]
+    def _request_params(self, query: str, units: Units, params: SelectionParams):
+        """``params`` with the threshold model's threshold and gate for this request where it left the
+        threshold to the checkpoint, and whether the model read the request as unfamiliar."""
+        if params.threshold is not None:
+            return params, False
+        tm = self.config.threshold_model
+        if self._threshold_model is None or self._threshold_model[0] is not tm:
+            self._threshold_model = (tm, ThresholdModel.from_dict(tm))
+        model = self._threshold_model[1]
         feats = request_features(
             query, units.texts, units.passage, units.scores, self.config.relative_floor, units.relevance
         )
-        return model.threshold(feats), model.min_relevance, bool(model.unfamiliar(feats[None, :])[0])
+        return params.with_request_threshold(model.threshold(feats), model.min_relevance), model.far(feats)
