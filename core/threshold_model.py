@@ -213,21 +213,26 @@ class ThresholdModel:
             return np.zeros(len(np.atleast_2d(features)), dtype=bool)
         return distance > self.novelty_cutoff
 
-    def far(self, features: np.ndarray) -> bool:
-        """Whether one request (``features``: ``[d]``) is unlike every calibration slice."""
-        return bool(self.unfamiliar(np.asarray(features, dtype=np.float64)[None, :])[0])
-
-    def thresholds_of(self, features: np.ndarray) -> np.ndarray:
-        """Each request's threshold (``features``: ``[n, d]``)."""
+    def _decide(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's threshold and whether it is unfamiliar (``features``: ``[n, d]``)."""
         bands = self.bands(features)
         out = np.asarray(self.thresholds)[bands]
         if self.unlikely_thresholds is not None:
             low = self.unlikely(features)
             out[low] = np.asarray(self.unlikely_thresholds)[bands[low]]
+        far = self.unfamiliar(features)
         if self.novelty_threshold is not None:
-            far = self.unfamiliar(features)
             out[far] = np.minimum(out[far], self.novelty_threshold)
-        return out
+        return out, far
+
+    def thresholds_of(self, features: np.ndarray) -> np.ndarray:
+        """Each request's threshold (``features``: ``[n, d]``)."""
+        return self._decide(features)[0]
+
+    def request(self, features: np.ndarray) -> tuple[float, bool]:
+        """One request's threshold and whether it is unfamiliar (``features``: ``[d]``)."""
+        threshold, far = self._decide(np.asarray(features, dtype=np.float64)[None, :])
+        return float(threshold[0]), bool(far[0])
 
     def threshold(self, features: np.ndarray) -> float:
         """One request's threshold (``features``: ``[d]``)."""

@@ -22,7 +22,7 @@ from pruner_model.core.threshold_model import ThresholdModel
 from pruner_model.evaluation.calibration import calibrate_operating_point, slices_threshold
 from pruner_model.evaluation.groups import LabeledGroup
 from pruner_model.evaluation.metrics import ScoredGroup, relative_groups, weighted_groups
-from pruner_model.evaluation.threshold_fit import RequestDefault
+from pruner_model.evaluation.threshold_fit import NOVELTY, RequestDefault
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class CalibrationRule:
     per_request: bool = True
     per_request_bands: int = 8
     per_request_answer_shares: tuple[float, ...] = ()
-    per_request_novelty: tuple[float, float] | None = (0.95, 0.99)
+    per_request_novelty: tuple[float, float] | None = NOVELTY
     uncertain_share: float = 0.1
     summary_target: float | None = 0.99
 

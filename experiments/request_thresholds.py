@@ -361,7 +361,6 @@ def novelty(args) -> None:
     checkpoint's threshold model, its bands left as they are."""
     import dataclasses
     import json
-    import os
     from pathlib import Path
 
     from pruner_model.core.threshold_model import ThresholdModel
@@ -401,10 +400,11 @@ def novelty(args) -> None:
                 f"bands {row[0]}  with fallback {row[1]}"
             )
     if args.write:
+        from pruner_model.core.records import atomic_open
+
         config["threshold_model"] = model.to_dict()
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        with atomic_open(path) as fh:
+            fh.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
         print(f"wrote the fallback into {path}")
 
 

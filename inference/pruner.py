@@ -386,8 +386,7 @@ class ContextPruner:
         return PruneResult(query, text, tuple(results), stats, params.threshold)
 
     def _request_params(self, query: str, units: Units, params: SelectionParams):
-        """``params`` with the threshold model's threshold and gate for this request where it left the
-        threshold to the checkpoint, and whether the model read the request as unfamiliar."""
+        """``params`` with the threshold model's threshold and gate if left to it, and its unfamiliar flag."""
         if params.threshold is not None:
             return params, False
         tm = self.config.threshold_model
@@ -397,4 +396,5 @@ class ContextPruner:
         feats = request_features(
             query, units.texts, units.passage, units.scores, self.config.relative_floor, units.relevance
         )
-        return params.with_request_threshold(model.threshold(feats), model.min_relevance), model.far(feats)
+        threshold, unfamiliar = model.request(feats)
+        return params.with_request_threshold(threshold, model.min_relevance), unfamiliar

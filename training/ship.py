@@ -180,10 +180,11 @@ def refresh_measurements(folder: str | Path, evaluation: str | Path) -> Path:
     start = card.index(head) - 1  # the blank line before it
     end = card.find("\n## ", start + len(head) + 1)
     card = card[:start] + CARD_SECTION.format(table=table) + ("" if end < 0 else card[end:])
+    from pruner_model.core.records import atomic_open
+
     for path, text in ((folder / "evaluation.json", json.dumps(rows, indent=1) + "\n"), (card_path, card)):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        with atomic_open(path) as fh:
+            fh.write(text)
     return folder
 
 
