@@ -130,11 +130,15 @@ def build_mix(
     doc_split: dict[str, str] = {}
     stats: dict = {"duplicate_chunks": 0}
     trained = {family(ex.document) for ex in examples if normalized(ex.document) in train_texts}
+    # a document a training set also holds (the same Wikipedia article in two sets) is split as
+    # that set's: its held-out questions are dropped, never trained on (stats["heldout_shared"])
+    shared = {ex.doc_key for ex in examples if ex.source not in s.heldout_sources}
+    stats["heldout_shared"] = sum(ex.source in s.heldout_sources and ex.doc_key in shared for ex in examples)
     for ex in examples:
         if ex.doc_key in doc_chunks:
             continue
         fam = family(ex.document)
-        if ex.source in s.heldout_sources:
+        if ex.source in s.heldout_sources and ex.doc_key not in shared:
             split = "heldout"
         else:
             split = "train" if fam in trained else split_of(fam, s.seed, shares)
@@ -204,7 +208,7 @@ def _questions(examples, doc_split, split, s: MixSettings, rng) -> list[Example]
     cap = (s.max_questions or {}).get(split)
     by_source: dict[str, list[Example]] = {}
     for ex in examples:
-        if doc_split[ex.doc_key] == split:
+        if doc_split[ex.doc_key] == split and (split == "heldout") == (ex.source in s.heldout_sources):
             by_source.setdefault(ex.source, []).append(ex)
     out = []
     for src in sorted(by_source):

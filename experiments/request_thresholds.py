@@ -7,6 +7,7 @@ calibration slices, measured on the held-back splits, from one cache of scored g
     python experiments/request_thresholds.py fit --cache /tmp/rt.pkl
     python experiments/request_thresholds.py gate --cache /tmp/rt.pkl --model runs/default  # its gate's cost
     python experiments/request_thresholds.py novelty --cache /tmp/rt.pkl --model runs/default [--write]
+    python experiments/request_thresholds.py proxy --cache /tmp/lo.pkl --model runs/leave_out  # the fallback's settings
     python experiments/request_thresholds.py cosines --cache /tmp/rt.pkl --cosines /tmp/cos.pkl
     python experiments/request_thresholds.py folds --cache /tmp/rt.pkl --cosines /tmp/cos.pkl --fuse 1:0.1:abs
 
@@ -63,9 +64,10 @@ def score(args) -> None:
     }
     cache["threshold"] = cfg.threshold
     cache["operating_points"] = getattr(cfg, "operating_points", None)
-    parts = [("cal", "data/qa/calibration.jsonl", 300, 1000), ("report", "data/qa/dev.jsonl", 300, 1000)]
+    d = args.data
+    parts = [("cal", f"{d}/calibration.jsonl", 300, 1000), ("report", f"{d}/dev.jsonl", 300, 1000)]
     if args.heldout:  # the never-trained sets: measured, never chosen on
-        parts.append(("heldout", "data/qa/heldout.jsonl", 300, 0))
+        parts.append(("heldout", f"{d}/heldout.jsonl", 300, 0))
     for part, path, per_source, shifted in parts:
         out = {}
         if shifted:
@@ -408,13 +410,75 @@ def novelty(args) -> None:
         print(f"wrote the fallback into {path}")
 
 
+def proxy(args) -> None:
+    """The fallback's two settings chosen on unfamiliar text no reported model saw: a model trained
+    with whole sets left out (``pruner data qa --heldout``) is the cache's checkpoint, its held-out
+    sets the proxies. For each ``--quantiles`` x ``--tails`` pair, the fallback is fitted on the
+    cache's calibration slices and each proxy set measured at the checkpoint's default; chosen:
+    the pair whose proxies all keep ``--target`` at the highest mean compression (else the one
+    whose worst proxy keeps most). The report slices show its cost on familiar text."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from pruner_model.core.threshold_model import ThresholdModel
+    from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, novelty_fields
+
+    with open(args.cache, "rb") as f:
+        data = _prepare(pickle.load(f))
+    config = json.loads((Path(args.model) / "config.json").read_text())
+    base = ThresholdModel.from_dict(config["threshold_model"])
+    slices = [FitSlice(n, v[2], v[0]) for n, v in data["cal"].items()]
+
+    def measured(model, part):
+        out = {}
+        for name, (X, _, gs, _) in data[part].items():
+            if any(g.has_evidence for g in gs) and not name.startswith("report "):
+                r = metrics_at(
+                    gs, float("nan"), RequestDefault(model.thresholds_of(X), model.min_relevance).masks(gs)
+                )
+                out[name] = (r["evidence_preserved"], r["compression"], model.unfamiliar(X).mean())
+        return out
+
+    rows = []
+    for q in args.quantiles:
+        for t in args.tails:
+            fields = novelty_fields(slices, np.asarray(base.mean), np.asarray(base.scale), q, t)
+            model = dataclasses.replace(base, **fields)
+            held, report = measured(model, "heldout"), measured(model, "report")
+            rows.append((q, t, held, report))
+            print(
+                f"quantile {q:.2f} tail {t:.3f} threshold {fields['novelty_threshold']:.5f}: "
+                + ", ".join(f"{n} {k:.3f}/{c:.3f} ({u:.2f} unf.)" for n, (k, c, u) in held.items())
+                + f" | report min kept {min(v[0] for v in report.values()):.3f}, "
+                f"mean comp {np.mean([v[1] for v in report.values()]):.3f}"
+            )
+    holding = [r for r in rows if min(v[0] for v in r[2].values()) >= args.target]
+    if holding:
+        q, t, *_ = max(holding, key=lambda r: np.mean([v[1] for v in r[2].values()]))
+        print(f"chosen: quantile {q} tail {t} (every proxy keeps {args.target})")
+    else:
+        q, t, *_ = max(rows, key=lambda r: min(v[0] for v in r[2].values()))
+        print(f"none held {args.target}: quantile {q} tail {t} keeps the worst proxy most")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("score")
     s.add_argument("--model", required=True)
     s.add_argument("--cache", required=True)
-    s.add_argument("--heldout", action="store_true", help="also score data/qa/heldout.jsonl (measured only)")
+    s.add_argument("--heldout", action="store_true", help="also score DATA/heldout.jsonl (measured only)")
+    s.add_argument("--data", default="data/qa", help="the folder of pruner data qa (default: data/qa)")
+    pr = sub.add_parser("proxy")
+    pr.add_argument(
+        "--cache", required=True, help="a leave-out model's cache: its held-out sets are the proxies"
+    )
+    pr.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
+    pr.add_argument("--quantiles", type=float, nargs="+", default=[0.5, 0.7, 0.8, 0.9, 0.95])
+    pr.add_argument("--tails", type=float, nargs="+", default=[0.99, 0.995, 0.999, 1.0])
+    pr.add_argument("--target", type=float, default=0.95)
     lo = sub.add_parser("leave_out")
     lo.add_argument("--cache", required=True)
     lo.add_argument("--bands", type=int, nargs="+", default=[8])
@@ -449,6 +513,7 @@ def main() -> None:
         "gate": gate,
         "cosines": cosines,
         "leave_out": leave_out,
+        "proxy": proxy,
     }
     commands[args.cmd](args)
 

@@ -269,6 +269,11 @@ def qa_main(argv: list[str]) -> int:
             f"({', '.join(f'{k} {v}' for k, v in sorted(per.items()))}) -> {out / (split + '.jsonl')}",
             file=sys.stderr,
         )
+    if stats["heldout_shared"]:
+        print(
+            f"heldout: {stats['heldout_shared']} questions dropped: their document is also in a training set",
+            file=sys.stderr,
+        )
     report["pool"] = stats
     write_json(out / "report.json", report)
     return 0

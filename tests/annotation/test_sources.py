@@ -83,6 +83,21 @@ def test_heldout_sets_go_whole_to_the_heldout_split():
     )
 
 
+def test_a_heldout_question_whose_document_a_training_set_holds_is_dropped():
+    import dataclasses
+
+    examples = _pool_examples()
+    squad = next(ex for ex in examples if ex.source == "squad" and ex.answerable)
+    twin = dataclasses.replace(squad, qid="friendsqa:twin", source="friendsqa")  # same article
+    settings = MixSettings(calibration_share=0.3, dev_share=0.3, heldout_sources=frozenset({"friendsqa"}))
+    for order in ([*examples, twin], [twin, *examples]):  # whichever set is read first
+        _, groups, stats = build_mix(order, settings)
+        ids = {g["id"] for split in groups.values() for g in split}
+        assert "friendsqa:twin" not in ids and squad.qid in ids
+        assert stats["heldout_shared"] == 1
+        assert {g["id"].split(":", 1)[0] for g in groups["heldout"]} == {"friendsqa"}
+
+
 def test_training_groups_take_train_mined_passages_and_evaluation_groups_take_mined():
     def mined_per_split(settings):
         records, _, _ = build_mix(_pool_examples(), settings)
