@@ -50,8 +50,10 @@ def write_model_card(output: Path, cfg, config, metrics: dict) -> Path:
         best_metric=cfg.train.best_metric,
         teacher=_teacher(cfg, config),
         precision=_precision(metrics.get("precision")),
-        operating_point=_operating_point(config, target, floor, shifted, "calibration" in metrics),
-        rows=rows or "| (no report slice) | |",
+        operating_point=_operating_point(
+            config, target, floor, shifted, "calibration" in metrics, bool(rows)
+        ),
+        rows=f"\n| metric | value |\n|---|---|\n{rows}" if rows else "",
         promise=_promise(dev.get("promise")),
         named_points=_named_points(config, target),
         languages=_languages(cfg),
@@ -89,7 +91,19 @@ def _metadata(output: Path, cfg, dev: dict) -> dict:
     }
 
 
-def _operating_point(config, target: float, floor, shifted: str, calibrated: bool) -> str:
+def _operating_point(config, target: float, floor, shifted: str, calibrated: bool, measured: bool) -> str:
+    """The card's operating-point paragraph; it ends by announcing the dev table when the run
+    measured one (``measured``), else with a full stop."""
+    text = _operating_text(config, target, floor, shifted, calibrated)
+    if measured:
+        return text
+    for tail in (" Measured on dev groups that were not used to calibrate it:", " Measured on dev groups:"):
+        text = text.removesuffix(tail)
+    text = text.removesuffix(", measured on dev groups that were not used to calibrate it:")
+    return text if text.endswith(".") else text + "."
+
+
+def _operating_text(config, target: float, floor, shifted: str, calibrated: bool) -> str:
     if not calibrated:  # no promise without calibration: the threshold is only a default
         return (
             f"Threshold **{config.threshold:.4f}**, **not calibrated** (calibration was off or had no "
@@ -176,6 +190,7 @@ def _teacher(cfg, config) -> str:
     if not weight:
         return ""
     teacher = getattr(cfg.model, "relevance_teacher", None) or "the bundled all-MiniLM-L6-v2"
+    teacher = teacher.removeprefix("the ")
     return (
         f"\n- relevance distillation (weight {weight}, temperature {config.relevance_distill_temperature}):"
         f" each query's distractors ordered as the {teacher} bi-encoder orders them"
