@@ -416,7 +416,8 @@ def proxy(args) -> None:
     sets the proxies. For each ``--quantiles`` x ``--tails`` pair, the fallback is fitted on the
     cache's calibration slices and each proxy set measured at the checkpoint's default; chosen:
     the pair whose proxies all keep ``--target`` at the highest mean compression (else the one
-    whose worst proxy keeps most). The report slices show its cost on familiar text."""
+    whose worst proxy keeps most). The report slices show its cost on familiar text. Each proxy:
+    kept / compression / answer-less groups' tokens kept (share of its requests flagged)."""
     import dataclasses
     import json
     from pathlib import Path
@@ -438,7 +439,12 @@ def proxy(args) -> None:
                 r = metrics_at(
                     gs, float("nan"), RequestDefault(model.thresholds_of(X), model.min_relevance).masks(gs)
                 )
-                out[name] = (r["evidence_preserved"], r["compression"], model.unfamiliar(X).mean())
+                out[name] = (
+                    r["evidence_preserved"],
+                    r["compression"],
+                    model.unfamiliar(X).mean(),
+                    r["negative_tokens_kept"],
+                )
         return out
 
     rows = []
@@ -450,7 +456,7 @@ def proxy(args) -> None:
             rows.append((q, t, held, report))
             print(
                 f"quantile {q:.2f} tail {t:.3f} threshold {fields['novelty_threshold']:.5f}: "
-                + ", ".join(f"{n} {k:.3f}/{c:.3f} ({u:.2f} unf.)" for n, (k, c, u) in held.items())
+                + ", ".join(f"{n} {k:.3f}/{c:.3f}/{a:.3f} ({u:.2f} unf.)" for n, (k, c, u, a) in held.items())
                 + f" | report min kept {min(v[0] for v in report.values()):.3f}, "
                 f"mean comp {np.mean([v[1] for v in report.values()]):.3f}"
             )

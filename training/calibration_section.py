@@ -84,7 +84,7 @@ class CalibrationSection:
     # calibration requests than `quantile` of them gets at most the threshold under which every
     # slice keeps `tail` of its answers; null: none. Text unlike all calibration text needs far
     # lower thresholds than any band (docs/design.md)
-    per_request_novelty: list[float] | None = field(default_factory=lambda: [0.95, 0.99])
+    per_request_novelty: list[float] | None = field(default_factory=lambda: [0.95, 0.995])
 
     def __post_init__(self) -> None:
         self._check_settings()

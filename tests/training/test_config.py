@@ -51,7 +51,7 @@ def test_calibration_margin_and_loss_weights_are_validated():
     for bad in ("[1.5]", "[0]", "0.1", "[true]"):
         with pytest.raises(ConfigError, match="calibration.per_request_answer_shares"):
             load_config(None, [f"calibration.per_request_answer_shares={bad}"])
-    assert load_config(None, []).calibration.per_request_novelty == [0.95, 0.99]  # on by default
+    assert load_config(None, []).calibration.per_request_novelty == [0.95, 0.995]  # on by default
     assert load_config(None, ["calibration.per_request_novelty=null"]).calibration.per_request_novelty is None
     for bad in ("[0.95]", "[1.0, 0.99]", "[0.95, 0]", "0.95", "[true, 0.99]"):
         with pytest.raises(ConfigError, match="calibration.per_request_novelty"):
