@@ -175,7 +175,8 @@ def test_relevance_distillation_trains_on_the_bundled_bi_encoders_passage_scores
     by_context = dict(zip((r["context"] for r in records), teacher))
     assert len(set(by_context.values())) > 1
     assert json.loads((tmp_path / "r" / "config.json").read_text())["relevance_distill_weight"] == 1.0
-    assert "relevance distillation (weight 1.0" in (tmp_path / "r" / "README.md").read_text()
+    card = (tmp_path / "r" / "README.md").read_text()
+    assert "relevance distillation (weight 1.0" in card and "the the " not in card
 
 
 def test_a_resumed_distilled_run_takes_the_teachers_scores_from_its_state(
