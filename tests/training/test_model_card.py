@@ -9,7 +9,9 @@ from pruner_model.training.model_card import _operating_point
 
 
 def _config():
-    return SimpleNamespace(threshold=0.05, threshold_model=None, relevance_exponent=0.0, relevance_contrast=0.0)
+    return SimpleNamespace(
+        threshold=0.05, threshold_model=None, relevance_exponent=0.0, relevance_contrast=0.0
+    )
 
 
 def test_the_paragraph_announces_dev_measurements_only_when_there_are_some():
