@@ -234,10 +234,6 @@ class ThresholdModel:
         threshold, far = self._decide(np.asarray(features, dtype=np.float64)[None, :])
         return float(threshold[0]), bool(far[0])
 
-    def threshold(self, features: np.ndarray) -> float:
-        """One request's threshold (``features``: ``[d]``)."""
-        return float(self.thresholds_of(np.asarray(features, dtype=np.float64)[None, :])[0])
-
     def to_dict(self) -> dict:
         d = asdict(self)
         if self.answer_weights is None:  # a file without the answer split reads as before

@@ -94,22 +94,14 @@ def _metadata(output: Path, cfg, dev: dict) -> dict:
 def _operating_point(config, target: float, floor, shifted: str, calibrated: bool, measured: bool) -> str:
     """The card's operating-point paragraph; it ends by announcing the dev table when the run
     measured one (``measured``), else with a full stop."""
-    text = _operating_text(config, target, floor, shifted, calibrated)
-    if measured:
-        return text
-    for tail in (" Measured on dev groups that were not used to calibrate it:", " Measured on dev groups:"):
-        text = text.removesuffix(tail)
-    text = text.removesuffix(", measured on dev groups that were not used to calibrate it:")
-    return text if text.endswith(".") else text + "."
-
-
-def _operating_text(config, target: float, floor, shifted: str, calibrated: bool) -> str:
+    unseen = "dev groups that were not used to calibrate it:"
+    announce = f" Measured on {unseen}" if measured else ""
     if not calibrated:  # no promise without calibration: the threshold is only a default
         return (
             f"Threshold **{config.threshold:.4f}**, **not calibrated** (calibration was off or had no "
             "dev groups): no share of queries keeping their evidence is promised. Calibrate it on "
-            "labeled data (`pruner evaluate --write-threshold`) before relying on it. Measured on dev "
-            "groups:"
+            "labeled data (`pruner evaluate --write-threshold`) before relying on it."
+            + (" Measured on dev groups:" if measured else "")
         )
     rule = (
         f"relative floor {floor}, relevance exponent {getattr(config, 'relevance_exponent', 0.0)}, "
@@ -146,11 +138,11 @@ def _operating_text(config, target: float, floor, shifted: str, calibrated: bool
                 else ""
             )
             + f". `threshold={config.threshold:.4f}` is the one threshold that holds on every slice at once"
-            f"{shifted}; it keeps more on most text. Measured on dev groups that were not used to calibrate it:"
+            f"{shifted}; it keeps more on most text.{announce}"
         )
     return (
         f"Calibrated threshold **{config.threshold:.4f}** for {target:.0%} of queries keeping all their "
-        f"evidence ({rule}){shifted}, measured on dev groups that were not used to calibrate it:"
+        f"evidence ({rule}){shifted}" + (f", measured on {unseen}" if measured else ".")
     )
 
 
