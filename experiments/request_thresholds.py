@@ -30,6 +30,7 @@ import argparse
 import pickle
 
 import numpy as np
+from pruner_model.evaluation.threshold_fit import NOVELTY
 
 
 def score(args) -> None:
@@ -506,8 +507,8 @@ def main() -> None:
     n = sub.add_parser("novelty")
     n.add_argument("--cache", required=True)
     n.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
-    n.add_argument("--quantile", type=float, default=0.95)
-    n.add_argument("--tail", type=float, default=0.99)
+    n.add_argument("--quantile", type=float, default=NOVELTY[0])
+    n.add_argument("--tail", type=float, default=NOVELTY[1])
     n.add_argument("--target", type=float, default=0.95)
     n.add_argument("--write", action="store_true", help="add the fallback to the checkpoint's config.json")
     args = p.parse_args()
