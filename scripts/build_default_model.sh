@@ -19,11 +19,11 @@ pruner data qa --from "$DIR" --output data/qa
 pruner train --config configs/default.yaml --output "$RUN"
 for split in dev heldout; do
     pruner evaluate --model "$RUN" --data "data/qa/$split.jsonl" --by-source --max-groups 300 \
-        --baselines none --output "$RUN.eval/$split"
+        --dtype fp32 --baselines none --output "$RUN.eval/$split"
 done
 # the fixed slice tests/test_default_model.py measures again
 pruner evaluate --model "$RUN" --data data/qa/heldout.jsonl --by-source --max-groups 100 \
-    --baselines none --output "$RUN.eval/check"
+    --dtype fp32 --baselines none --output "$RUN.eval/check"
 # the int8 channel maxima, measured and judged on labeled calibration groups, for the model to carry
 pruner export --model "$RUN" --output "$RUN.onnx" --quantize int8 --calibration-data data/qa/calibration.jsonl
 cp "$RUN.onnx/int8_smoothing.safetensors" "$RUN/"

@@ -27,8 +27,8 @@ At the shipped default (no settings), on groups of 5 passages as a retriever han
 (`pruner data qa`: the gold passage, one more of its document, two TF-IDF look-alikes, one random;
 15% of answerable questions lose their gold passage). *dev*: documents of a training set that
 training and calibration never saw; *heldout*: whole data sets no shipped config trains or
-calibrates on. Measured with `pruner evaluate --by-source --max-groups 300 --data data/qa/<split>.jsonl`
-(scripts/build_default_model.sh). Passage-level sets (BoolQ, PubMedQA) have no sentence labels.
+calibrates on. Measured in fp32 with `pruner evaluate --by-source --max-groups 300 --dtype fp32 --data
+data/qa/<split>.jsonl` (scripts/build_default_model.sh). Passage-level sets (BoolQ, PubMedQA) have no sentence labels.
 
 {table}"""
 
