@@ -94,10 +94,11 @@ def _curated_abbreviations(language: str) -> set[str]:
     other languages keep their trained parameters alone."""
     if not language.startswith("english"):
         return set()
-    from punkt.data import curated
+    from punkt.data.curated import AMBIGUOUS
+    from punkt.model.prefixes import curated_abbreviations
 
-    always, numeric = curated.ENGLISH_ALWAYS, curated.ENGLISH_NUMERIC_ONLY
-    return set(always) | set(numeric) | set(curated.AMBIGUOUS.get("english", ()))
+    always, numeric = curated_abbreviations(language)
+    return set(always) | set(numeric) | set(AMBIGUOUS.get("english", ()))
 
 
 def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
