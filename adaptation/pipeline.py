@@ -63,6 +63,7 @@ def run(settings: AdaptSettings, runtime: Runtime, until: str | None = None) -> 
     ``until``. Raises :class:`~pruner_model.annotation.llm.EndpointDown` when the LLM endpoint
     stays down (what was written is kept: the same call resumes)."""
     from pruner_model.adaptation import corpus, report
+    from pruner_model.core.memory import trim_heap
     from pruner_model.training.adapt import split_records
 
     out = Path(settings.output)
@@ -86,6 +87,7 @@ def run(settings: AdaptSettings, runtime: Runtime, until: str | None = None) -> 
                 result["seconds"] = round(time.perf_counter() - t0, 1)
             _store(ctx.state, step, result)
             ctx.state.save(out)
+            trim_heap()  # the next step starts from what is live, not this one's fragmented heap
         _say_result(ctx.state, step)
         if step == until:
             return None

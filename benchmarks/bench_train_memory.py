@@ -8,7 +8,8 @@ RSS once the data is loaded, and the peak.
 Only the data size changes between runs (same steps, batch size, dev slice); calibration and the
 report slice are off, so the numbers are the data and the training loop. ``--env NAME=VALUE``
 (repeatable) sets variables for the training processes; ``--set KEY=VALUE`` overrides the config,
-e.g. ``train.malloc_mmap_threshold=0`` for glibc's adaptive allocator.
+e.g. ``train.malloc_mmap_threshold=0`` for glibc's adaptive allocator (the default maps blocks of 16 MiB
+and more).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _step(log: Path) -> int | None:
 
 def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
     """The training loop alone (bundled MiniLM, AdamW, random windows, bf16 autocast where it is
-    native): RSS every 20 steps, with batch shapes that change every step (60-256 tokens) or one
+    native): RSS every 20 steps and its highest after any step, with batch shapes that change every step (60-256 tokens) or one
     fixed shape."""
     import torch
     from pruner_model.core.memory import fix_mmap_threshold
@@ -91,7 +92,7 @@ def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
     model, _ = build_model(load_config(None))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     g = torch.Generator().manual_seed(0)
-    t0 = time.perf_counter()
+    t0, peak = time.perf_counter(), 0.0
     for step in range(1, steps + 1):
         n = 160 if fixed_length else int(torch.randint(60, 257, (1,), generator=g))
         ids = torch.randint(1000, 20000, (16, n), generator=g)
@@ -105,9 +106,14 @@ def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
         out.loss.backward()
         opt.step()
         opt.zero_grad()
+        rss = rss_mb(os.getpid())
+        peak = max(peak, rss)
         if step % 20 == 0:
             rate = (time.perf_counter() - t0) / step
-            print(f"  step {step}: {rss_mb(os.getpid()):.0f} MB ({rate:.2f} s/step)", flush=True)
+            print(
+                f"  step {step}: {rss:.0f} MB, peak after a step {peak:.0f} MB ({rate:.2f} s/step)",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--bare",
         action="store_true",
-        help="instead: the training loop alone, glibc's adaptive threshold vs the fixed one, varied vs fixed shapes",
+        help="instead: the training loop alone, glibc's adaptive threshold vs fixed ones (16 MiB, 64 KiB), varied vs fixed shapes",
     )
     args = ap.parse_args(argv)
     env = dict(e.split("=", 1) for e in args.env)
     if args.bare:
-        for threshold, fixed in ((0, False), (65536, False), (0, True)):
+        for threshold, fixed in ((0, False), (16 * 1024 * 1024, False), (65536, False), (0, True)):
             label = f"mmap threshold {threshold or 'adaptive'}, {'fixed' if fixed else 'varied'} shapes"
             print(label, flush=True)
             code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_train_memory as b; "

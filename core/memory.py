@@ -5,9 +5,12 @@ activations of later batches come from the heap; with batch shapes that change e
 -grouped windows) the heap fragments and resident memory climbs for the whole run. A fixed
 threshold keeps large blocks on mmap, returned to the system when freed, at the price of page
 faults on every large allocation: lower, flat memory for slower steps (measured in
-docs/scale-out.md with ``benchmarks/bench_train_memory.py``). Training leaves it off unless
-``train.malloc_mmap_threshold`` is set, and ``pruner serve`` unless ``--malloc-mmap-threshold``
-is (requests of every length fragment a server's heap the same way; docs/serving.md measures both).
+docs/scale-out.md with ``benchmarks/bench_train_memory.py``). Training fixes it at 16 MiB
+(``train.malloc_mmap_threshold``: the largest activations mapped, the rest on the heap) and hands
+the heap's free pages back every ``train.malloc_trim_every`` steps and between the steps of a long
+run (:func:`trim_heap`); ``pruner serve`` leaves the allocator alone unless
+``--malloc-mmap-threshold`` is given (requests of every length fragment a server's heap the same
+way; docs/serving.md measures both).
 """
 
 from __future__ import annotations
@@ -26,5 +29,20 @@ def fix_mmap_threshold(nbytes: int) -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
         return bool(libc.mallopt(M_MMAP_THRESHOLD, int(nbytes)))
+    except (OSError, AttributeError):
+        return False
+
+
+def trim_heap() -> bool:
+    """Hand the heap's free pages back to the system (glibc ``malloc_trim``), e.g. between the
+    steps of a long run: a step that follows training then starts from what is live, not from the
+    training's fragmented heap. Returns whether glibc released anything (False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import gc
+
+    gc.collect()
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
     except (OSError, AttributeError):
         return False

@@ -162,10 +162,15 @@ class TrainSection:
     best_metric: str = "compression_at_target"  # dev metric that picks the kept checkpoint
     num_workers: int = 0
     threads: int | None = None  # torch CPU threads (None = torch default)
-    # bytes above which glibc serves allocations with mmap. 0 = glibc's adaptive default, whose heap
-    # fragments under varied batch shapes (resident memory climbs for hundreds of steps); 65536
-    # keeps it lower at a speed cost (docs/scale-out.md: about 1.6x the step time on 2 CPU cores)
-    malloc_mmap_threshold: int = 0
+    # bytes above which glibc serves allocations with mmap. 16 MiB: the largest activations (attention
+    # maps, feed-forward states of a full batch) are mapped and returned when freed, so resident
+    # memory stays flat under varied batch shapes at a small speed cost; 0 = glibc's adaptive default,
+    # whose heap fragments (resident memory climbs for hundreds of steps); 65536 keeps it lowest at
+    # about 1.6x the step time on 2 CPU cores (docs/scale-out.md measures all three)
+    malloc_mmap_threshold: int = 16 * 1024 * 1024
+    # steps between handing the heap's free pages back to the system (glibc malloc_trim; 0 = never):
+    # a step's activations leave the heap resident and fragmented, so memory creeps up over a run
+    malloc_trim_every: int = 50
     # batches of whole query groups: the sentence ranking loss then ranks each answer sentence
     # against every sentence of its group (distractor passages too), not only its own passage's
     group_batches: bool = False
@@ -208,7 +213,7 @@ class TrainConfig:
             raise ConfigError(f"train.max_steps must be >= 1 (or null), got {t.max_steps}")
         if t.max_grad_norm < 0 or t.weight_decay < 0:
             raise ConfigError("train.max_grad_norm and train.weight_decay must be >= 0")
-        for name in ("eval_every", "save_every", "num_workers", "malloc_mmap_threshold"):
+        for name in ("eval_every", "save_every", "num_workers", "malloc_mmap_threshold", "malloc_trim_every"):
             if getattr(t, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0")
         if t.threads is not None and t.threads < 1:

@@ -7,6 +7,7 @@ import logging
 import math
 from pathlib import Path
 
+from pruner_model.core.memory import trim_heap
 from pruner_model.core.records import write_json
 from pruner_model.training.calibration import calibrate, calibration_precision, report
 from pruner_model.training.config import TrainConfig
@@ -40,6 +41,7 @@ def publish(
             "machine": machine.to_dict(),
         },
     }
+    trim_heap()  # calibration starts from what is live, not from the training's fragmented heap
     cal = calibrate(model, tokenizer, cfg, dev_records, quiet=quiet)
     if cal is not None:
         metrics["calibration"] = cal

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
-from pruner_model.core.memory import fix_mmap_threshold
+from pruner_model.core.memory import fix_mmap_threshold, trim_heap
 from pruner_model.core.precision import machine_info, resolve_precision
 from pruner_model.evaluation.groups import load_range
 from pruner_model.evaluation.scorer import encode_groups
@@ -99,6 +99,7 @@ class Trainer:
         self.average = WeightAverage(self.unwrapped, t.ema_decay) if t.ema_decay else None
         if resume:
             self._load_state()
+        trim_heap()  # what reading, tokenizing and the teacher's scoring freed goes back before training
         if self.is_main:  # the run folder appears only once the model and data are set up
             self.out.mkdir(parents=True, exist_ok=True)
             with open(self.out / "train_config.yaml", "w", encoding="utf-8") as fh:
@@ -300,6 +301,8 @@ class Trainer:
             self.evaluate()
         if t.save_every and state["step"] % t.save_every == 0:
             self.save_state()
+        if t.malloc_trim_every and state["step"] % t.malloc_trim_every == 0:
+            trim_heap()
 
     def fit(self, stop_after: int | None = None) -> bool:
         """Train to ``total_steps``; returns False when stopped early (Ctrl-C or ``stop_after``)

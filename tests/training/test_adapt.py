@@ -53,7 +53,7 @@ def test_the_fine_tuning_config_replays_the_recipes_sources_by_weight(tmp_path):
     replay.write_text("".join(json.dumps(r) + "\n" for r in general))
     (ckpt / "train_config.yaml").write_text(
         f"model: {{max_length: 128, relevance_loss_weight: 1.0}}\ndata: {{train: [{replay}], mix: {{squad: 3, nq: 1}}}}\n"
-        "train: {lr: 8.0e-5}\n"
+        "train: {lr: 8.0e-5, malloc_mmap_threshold: 0}\n"
     )
     s = AdaptSettings(labeled=[], model=str(ckpt), output=str(tmp_path / "o"), replay_share=0.4)
     cfg = training_config(s, tmp_path / "o", train_groups=300)
@@ -62,6 +62,8 @@ def test_the_fine_tuning_config_replays_the_recipes_sources_by_weight(tmp_path):
     assert cfg["data"]["max_train_groups"] == 500  # 300 of yours are 60% of them
     assert cfg["data"]["mix"] == pytest.approx({"user": 0.6, "squad": 0.3, "nq": 0.1})
     assert cfg["calibration"] == {"enabled": False} and cfg["train"]["lr"] == 8.0e-5
+    # the fine-tuning maps its largest blocks whatever the checkpoint trained with (flat memory)
+    assert cfg["train"]["malloc_mmap_threshold"] == 16 * 1024 * 1024
     s.replay = []
     assert training_config(s, tmp_path / "o", 300)["data"]["mix"] == {"user": 1.0}
     s.max_train_groups = 100  # a point of a learning curve: 100 of the 300

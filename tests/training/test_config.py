@@ -65,6 +65,8 @@ def test_allocator_threshold_and_shift_groups_are_validated():
 
     with pytest.raises(ConfigError, match="train.malloc_mmap_threshold must be >= 0"):
         load_config(None, ["train.malloc_mmap_threshold=-1"])
+    with pytest.raises(ConfigError, match="train.malloc_trim_every must be >= 0"):
+        load_config(None, ["train.malloc_trim_every=-1"])
     with pytest.raises(ConfigError, match="shift_groups"):
         load_config(None, ["calibration.shift_groups=0"])
     assert load_config(None, ["calibration.shifts=[noisy+mined]"]).calibration.shifts == ["noisy+mined"]
