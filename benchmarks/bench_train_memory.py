@@ -77,8 +77,8 @@ def _step(log: Path) -> int | None:
 
 def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
     """The training loop alone (bundled MiniLM, AdamW, random windows, bf16 autocast where it is
-    native): RSS every 20 steps and its highest after any step, with batch shapes that change every step (60-256 tokens) or one
-    fixed shape."""
+    native): RSS every 20 steps and its highest after any step, with batch shapes that change every
+    step (60-256 tokens) or one fixed shape."""
     import torch
     from pruner_model.core.memory import fix_mmap_threshold
     from pruner_model.core.precision import resolve_precision
@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     env = dict(e.split("=", 1) for e in args.env)
     if args.bare:
-        for threshold, fixed in ((0, False), (16 * 1024 * 1024, False), (65536, False), (0, True)):
+        from pruner_model.core.memory import TRAINING_MMAP_THRESHOLD
+
+        for threshold, fixed in ((0, False), (TRAINING_MMAP_THRESHOLD, False), (65536, False), (0, True)):
             label = f"mmap threshold {threshold or 'adaptive'}, {'fixed' if fixed else 'varied'} shapes"
             print(label, flush=True)
             code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_train_memory as b; "

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
+from pruner_model.core.memory import TRAINING_MMAP_THRESHOLD
 from pruner_model.core.records import iter_jsonl, validate_labeled
 from pruner_model.evaluation.groups import group_of
 
@@ -43,8 +44,6 @@ SPLITS = ("train", "calibration", "report")
 USER = "user"  # the source name the user's records train under
 CALIBRATE_ON = ("both", "yours")
 ENCODER = "the bundled encoder"  # what a run without a checkpoint starts from, as reports name it
-# glibc mmap threshold of the fine-tuning (train.malloc_mmap_threshold): flat resident memory
-ADAPT_MMAP_THRESHOLD = 16 * 1024 * 1024
 
 # The recipe of a run without a checkpoint: configs/default.yaml's model, train and calibration
 # sections (a test holds them equal), its data sections replaced by the user's splits.
@@ -271,8 +270,8 @@ def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> di
         model.update(backbone=None, init_from=str(settings.model))
     train = {k: v for k, v in (base.get("train") or {}).items() if v is not None}
     train.update(epochs=settings.epochs, max_steps=None, eval_every=0, seed=settings.seed)
-    # flat resident memory whatever the checkpoint was trained with (--set train.malloc_mmap_threshold=N)
-    train["malloc_mmap_threshold"] = ADAPT_MMAP_THRESHOLD
+    # training's allocator setting whatever the checkpoint was trained with (--set train.malloc_mmap_threshold=N)
+    train["malloc_mmap_threshold"] = TRAINING_MMAP_THRESHOLD
     return {
         "model": model,
         "data": {

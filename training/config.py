@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pruner_model.core.memory import TRAINING_MMAP_THRESHOLD
 from pruner_model.training.calibration_section import CalibrationSection
 from pruner_model.training.errors import ConfigError
 
@@ -163,11 +164,11 @@ class TrainSection:
     num_workers: int = 0
     threads: int | None = None  # torch CPU threads (None = torch default)
     # bytes above which glibc serves allocations with mmap. 16 MiB: the largest activations (attention
-    # maps, feed-forward states of a full batch) are mapped and returned when freed, so resident
-    # memory stays flat under varied batch shapes at a small speed cost; 0 = glibc's adaptive default,
-    # whose heap fragments (resident memory climbs for hundreds of steps); 65536 keeps it lowest at
-    # about 1.6x the step time on 2 CPU cores (docs/scale-out.md measures all three)
-    malloc_mmap_threshold: int = 16 * 1024 * 1024
+    # maps, feed-forward states of a full batch) are mapped and returned when freed, the rest stays on
+    # the heap, which still fragments in a real run; 0 = glibc's adaptive default, whose heap takes
+    # them all (resident memory climbs for hundreds of steps); 4 MiB and 65536 keep it lower at about
+    # 1.3x and 1.6x the step time on 2 CPU cores (docs/scale-out.md)
+    malloc_mmap_threshold: int = TRAINING_MMAP_THRESHOLD
     # steps between handing the heap's free pages back to the system (glibc malloc_trim; 0 = never):
     # a step's activations leave the heap resident and fragmented, so memory creeps up over a run
     malloc_trim_every: int = 50
