@@ -71,7 +71,6 @@ _SHARE = textwrap.dedent(
             n += sum(range(200))
         return n
 
-    alone = work(0.8)
     def attack():
         try:
             must_keep_hits(["x" * 80], (r"(x|xx)+y",), time.monotonic() + 1.5, 1.5)
@@ -81,11 +80,14 @@ _SHARE = textwrap.dedent(
     for t in attackers:
         t.start()
     time.sleep(0.1)
-    beside = work(0.8)
+    # the work thread's share of the CPU time this process spent while the patterns ran: all its
+    # threads are pinned to one CPU, so anything outside the process (another test, the system)
+    # takes time from both sides alike and leaves the share as it is
+    process0, thread0 = time.process_time(), time.thread_time()
+    work(0.8)
+    print((time.thread_time() - thread0) / (time.process_time() - process0))
     for t in attackers:
         t.join()
-    # anything else on that CPU only lowers a count: the larger of two undisturbed runs is the baseline
-    print(beside / max(alone, work(0.8)))
     """
 )
 
@@ -99,13 +101,11 @@ def test_other_work_on_the_cpu_keeps_it_while_a_pattern_backtracks(mode):
         )
         return float(out.stdout.strip().splitlines()[-1])
 
-    # two tries: anything else on that CPU (another test, the system) only lowers a share
+    # two tries, though the share hardly moves with the load outside the process: with no other
+    # load the lane gives 0.966-0.968 here and the old way 0.63-0.64; with a busy process pinned to
+    # the same CPU 0.86-0.91 and 0.51-0.54
     shares = [share(), share()]
     if mode == "lane":
-        assert max(shares) > 0.9, (
-            shares
-        )  # nice 19 against nice 0: the patterns get a few percent (1.01-1.16 here)
+        assert max(shares) > 0.85, shares  # nice 19 against nice 0: the patterns get a few percent
     else:
-        # the measure tells the two apart: at normal priority 0.67-0.77 here; one try is enough, as a
-        # pattern thread the system moved off the pinned CPU (seen once in CI: 0.999) only raises a share
-        assert min(shares) < 0.85, shares
+        assert min(shares) < 0.75, shares  # the patterns at normal priority take a third or more
