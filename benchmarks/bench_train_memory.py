@@ -75,10 +75,10 @@ def _step(log: Path) -> int | None:
     return int(found[-1]) if found else None
 
 
-def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
+def bare_loop(steps: int, threshold: int, fixed_length: bool, attention_dropout: float | None = None) -> None:
     """The training loop alone (bundled MiniLM, AdamW, random windows, bf16 autocast where it is
     native): RSS every 20 steps and its highest after any step, with batch shapes that change every
-    step (60-256 tokens) or one fixed shape."""
+    step (60-256 tokens) or one fixed shape; ``attention_dropout`` as ``model.attention_dropout``."""
     import torch
     from pruner_model.core.memory import fix_mmap_threshold
     from pruner_model.core.precision import resolve_precision
@@ -89,7 +89,9 @@ def bare_loop(steps: int, threshold: int, fixed_length: bool) -> None:
     bf16 = resolve_precision("auto", "cpu") == "bf16"
     print(f"  precision: {'bf16' if bf16 else 'fp32'}", flush=True)
     torch.manual_seed(0)
-    model, _ = build_model(load_config(None))
+    cfg = load_config(None)
+    cfg.model.attention_dropout = attention_dropout
+    model, _ = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     g = torch.Generator().manual_seed(0)
     t0, peak = time.perf_counter(), 0.0
@@ -135,18 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--bare",
         action="store_true",
-        help="instead: the training loop alone, glibc's adaptive threshold vs fixed ones (16 MiB, 64 KiB), varied vs fixed shapes",
+        help="instead: the training loop alone, glibc's adaptive threshold vs fixed ones (16 MiB, 64 KiB), "
+        "varied vs fixed shapes, the backbone's attention dropout vs none (model.attention_dropout=0)",
     )
     args = ap.parse_args(argv)
     env = dict(e.split("=", 1) for e in args.env)
     if args.bare:
         from pruner_model.core.memory import TRAINING_MMAP_THRESHOLD
 
-        for threshold, fixed in ((0, False), (TRAINING_MMAP_THRESHOLD, False), (65536, False), (0, True)):
+        mib16 = TRAINING_MMAP_THRESHOLD
+        for threshold, fixed, dropout in (
+            (0, False, None), (mib16, False, None), (65536, False, None), (0, True, None), (mib16, False, 0.0)
+        ):  # fmt: skip
             label = f"mmap threshold {threshold or 'adaptive'}, {'fixed' if fixed else 'varied'} shapes"
-            print(label, flush=True)
+            print(label + ("" if dropout is None else f", attention dropout {dropout}"), flush=True)
             code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_train_memory as b; "
-            code += f"b.bare_loop({args.steps}, {threshold}, {fixed})"
+            code += f"b.bare_loop({args.steps}, {threshold}, {fixed}, {dropout})"
             subprocess.run(
                 [sys.executable, "-c", code],
                 check=True,

@@ -56,7 +56,7 @@ class PrunerModel(PreTrainedModel):
 
     def __init__(self, config: PrunerConfig):
         super().__init__(config)
-        self.encoder = _build_encoder(config)
+        self.encoder = build_encoder(config)
         hidden = config.encoder_config.hidden_size
         self.dropout = nn.Dropout(config.head_dropout)
         self.token_head = nn.Linear(2 * hidden if config.query_interaction else hidden, 1)
@@ -301,7 +301,7 @@ def length_chunks(lengths: list[int], max_chunks: int) -> list[tuple[int, int, i
     return runs[::-1]
 
 
-def _build_encoder(config: PrunerConfig):
+def build_encoder(config: PrunerConfig):
     """The backbone from its config; BERT-like encoders skip their unused pooler."""
     try:
         return AutoModel.from_config(config.encoder_config, add_pooling_layer=False)

@@ -43,6 +43,7 @@ from pruner_model.evaluation.groups import group_of
 SPLITS = ("train", "calibration", "report")
 USER = "user"  # the source name the user's records train under
 CALIBRATE_ON = ("both", "yours")
+ADAPT_ATTENTION_DROPOUT = 0.0
 ENCODER = "the bundled encoder"  # what a run without a checkpoint starts from, as reports name it
 
 # The recipe of a run without a checkpoint: configs/default.yaml's model, train and calibration
@@ -268,6 +269,9 @@ def training_config(settings: AdaptSettings, out: Path, train_groups: int) -> di
     model = {k: v for k, v in (base.get("model") or {}).items() if v is not None}
     if settings.model is not None:  # else new heads on the recipe's backbone (--set model.backbone=DIR)
         model.update(backbone=None, init_from=str(settings.model))
+    # no attention dropout, so that the fused attention kernel runs on a CPU: a third less memory at
+    # the peak of a real fine-tuning run (docs/scale-out.md; --set model.attention_dropout=0.1 for the backbone's)
+    model["attention_dropout"] = ADAPT_ATTENTION_DROPOUT
     train = {k: v for k, v in (base.get("train") or {}).items() if v is not None}
     train.update(epochs=settings.epochs, max_steps=None, eval_every=0, seed=settings.seed)
     # training's allocator setting whatever the checkpoint was trained with (--set train.malloc_mmap_threshold=N)

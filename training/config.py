@@ -62,6 +62,10 @@ class ModelSection:
     # "pruner-model[multilingual]"); or a sentence-transformers folder
     query_match: bool | None = None  # learned input embedding on context tokens that occur in the query
     relevance_pooling: str | None = None  # "cls" (default) or "mean": what the relevance head reads
+    # dropout on the encoder's attention probabilities while training; null keeps the backbone's
+    # own (0.1 for BERT-likes). At 0 PyTorch's fused attention kernel runs on a CPU, which it
+    # cannot with dropout: steps take less time and far less memory (docs/scale-out.md)
+    attention_dropout: float | None = None
 
     def overrides(self) -> dict:
         """The PrunerConfig fields this section sets."""
@@ -70,6 +74,8 @@ class ModelSection:
     def __post_init__(self) -> None:
         from pruner_model.core.configuration import PrunerConfig
 
+        if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
+            raise ConfigError(f"model.attention_dropout must be in [0, 1), got {self.attention_dropout}")
         try:  # the model's own checks, once
             PrunerConfig(**self.overrides())
         except ValueError as exc:

@@ -38,6 +38,8 @@ def build_model(cfg: TrainConfig):
         path = m.backbone or str(default_backbone_path())
         model = PrunerModel.from_backbone(path, **m.overrides())
         tok = AutoTokenizer.from_pretrained(path)
+    if m.attention_dropout is not None:
+        set_attention_dropout(model, m.attention_dropout)
     if not getattr(tok, "is_fast", False):
         raise ValueError("the backbone needs a fast tokenizer (offset mapping)")
     max_pos = encoder_positions(model.config.encoder_config)
@@ -48,6 +50,30 @@ def build_model(cfg: TrainConfig):
         )
     check_fits(model.config, tok, "the backbone")
     return model, tok
+
+
+# where encoders keep the dropout on their attention probabilities (BERT, XLM-R, DeBERTa, ...;
+# DistilBERT, ModernBERT)
+ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout")
+
+
+def set_attention_dropout(model: PrunerModel, p: float) -> None:
+    """Set the encoder's attention dropout to ``p`` (``model.attention_dropout``): written into its
+    config, which the encoder is rebuilt from (each architecture reads it when it builds its
+    layers) with the same weights."""
+    from pruner_model.core.modeling import build_encoder
+
+    encoder_config = model.config.encoder_config
+    keys = [k for k in ATTENTION_DROPOUT_KEYS if hasattr(encoder_config, k)]
+    if not keys:
+        raise ValueError(
+            f"model.attention_dropout: the {encoder_config.model_type} encoder has no attention dropout to set"
+        )
+    for key in keys:
+        setattr(encoder_config, key, p)
+    weights = model.encoder.state_dict()
+    model.encoder = build_encoder(model.config)
+    model.encoder.load_state_dict(weights)
 
 
 def forget_other_precision(mixed_precision: str) -> None:

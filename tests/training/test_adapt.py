@@ -64,6 +64,7 @@ def test_the_fine_tuning_config_replays_the_recipes_sources_by_weight(tmp_path):
     assert cfg["calibration"] == {"enabled": False} and cfg["train"]["lr"] == 8.0e-5
     # the fine-tuning maps its largest blocks whatever the checkpoint trained with (flat memory)
     assert cfg["train"]["malloc_mmap_threshold"] == 16 * 1024 * 1024
+    assert cfg["model"]["attention_dropout"] == 0.0  # the fused attention kernel, whatever the recipe
     s.replay = []
     assert training_config(s, tmp_path / "o", 300)["data"]["mix"] == {"user": 1.0}
     s.max_train_groups = 100  # a point of a learning curve: 100 of the 300
