@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pruner_model.core.configuration import check_fits, encoder_positions
-from pruner_model.core.modeling import PrunerModel
+from pruner_model.core.modeling import PrunerModel, build_encoder
 from pruner_model.training.config import TrainConfig
 
 
@@ -61,8 +61,6 @@ def set_attention_dropout(model: PrunerModel, p: float) -> None:
     """Set the encoder's attention dropout to ``p`` (``model.attention_dropout``): written into its
     config, which the encoder is rebuilt from (each architecture reads it when it builds its
     layers) with the same weights."""
-    from pruner_model.core.modeling import build_encoder
-
     encoder_config = model.config.encoder_config
     keys = [k for k in ATTENTION_DROPOUT_KEYS if hasattr(encoder_config, k)]
     if not keys:
