@@ -78,10 +78,11 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
     """The cached export (:func:`export_cache_dir`) whose int8 graph a load of the checkpoint
     ``path`` runs instead of torch: with ``quantized=True``, wherever it is cached; with nothing
     asked for (no ``dtype``, no ``quantized``), when the export validated and kept it and the CPU
-    has no native bf16 (where it is native, the checkpoint's bf16 is the default). None otherwise
-    (or without onnxruntime); where it could run but no export is cached, logs (debug) how to
-    cache one."""
+    has no native bf16 (where it is native, the checkpoint's bf16 is the default), built first
+    when none is cached (:mod:`~pruner_model.inference.int8_build`). None otherwise (or without
+    onnxruntime); where it could run but no int8 graph is cached, logs (debug) how to cache one."""
     from pruner_model.core.precision import resolve_precision
+    from pruner_model.inference.int8_build import auto_build_enabled, build_int8_export
 
     asked = backend_kwargs.get("quantized")
     if backend_kwargs.get("dtype") not in (None, "auto") or asked is False:
@@ -101,6 +102,8 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
         return cache if (cache / "model.int8.onnx").is_file() else None
     if default_providers(device)[0] != "CPUExecutionProvider":
         return None
+    if not (cache / "export_report.json").is_file() and auto_build_enabled():
+        build_int8_export(path, cache)  # once per checkpoint and machine (inference.int8_build)
     if (cache / "model.onnx").is_file() and validated_int8(cache) is not None:
         return cache
     logger.debug(

@@ -15,16 +15,20 @@ from pruner_model import PrunerConfig, PrunerModel, default_backbone_path
 @pytest.fixture(scope="session", autouse=True)
 def _own_export_cache(tmp_path_factory):
     """A cache of checkpoint exports of the tests' own (``PRUNER_CACHE``): an export cached on
-    this machine (``pruner export --cache``) never changes what a test's no-flag load runs."""
+    this machine (``pruner export --cache``) never changes what a test's no-flag load runs; and
+    no-flag loads build no int8 export (``PRUNER_AUTO_INT8=0``), so that a test runs the same
+    encoder on every CPU class (tests/export/test_int8_build.py turns it on)."""
     import os
 
-    before = os.environ.get("PRUNER_CACHE")
+    before = {k: os.environ.get(k) for k in ("PRUNER_CACHE", "PRUNER_AUTO_INT8")}
     os.environ["PRUNER_CACHE"] = str(tmp_path_factory.mktemp("export_cache"))
+    os.environ["PRUNER_AUTO_INT8"] = "0"
     yield
-    if before is None:
-        os.environ.pop("PRUNER_CACHE", None)
-    else:
-        os.environ["PRUNER_CACHE"] = before
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

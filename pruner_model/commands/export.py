@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pruner_model.commands.common import DEFAULT_MODEL_HELP, existing_model_dir
 
@@ -88,6 +89,9 @@ def export_main(argv: list[str] | None = None) -> int:
     _say_checks(report)
     print(f"exported to {args.output}: {', '.join(report['files'])}", file=sys.stderr)
     if args.cache:
+        from pruner_model.inference.int8_build import failure_file
+
+        failure_file(Path(args.output)).unlink(missing_ok=True)  # no-flag loads use this export now
         print(f"cached: {_cache_use(report, model_dir)}", file=sys.stderr)
     return 0
 

@@ -1,0 +1,109 @@
+"""Where bf16 is not native, the first no-flag load of a checkpoint builds its int8 export (a real
+``pruner export --cache --quantize int8`` in a child process) and runs it; later loads find it;
+a failed build says why in one line, runs fp32 and is not tried again until the export is cached
+by hand; ``PRUNER_AUTO_INT8=0`` or a precision asked for builds nothing."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+from pruner_model.inference import int8_build
+from pruner_model.inference.int8_build import build_int8_export, failure_file
+from pruner_model.inference.loading import export_cache_dir
+
+from pruner_model import ContextPruner
+from pruner_model.cli import main
+
+PASSAGES = ["The tower is in Paris. It was built in 1889.", "Berlin lies on the Spree. It is a city."]
+
+
+@pytest.fixture
+def no_bf16(monkeypatch, tmp_path):
+    """An AVX2-only CPU, no GPU, an empty export cache, and builds on (conftest turns them off)."""
+    import pruner_model.core.precision as precision
+
+    monkeypatch.setenv("PRUNER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PRUNER_AUTO_INT8", "1")
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"sse4_2", "avx", "avx2", "fma"}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_the_first_no_flag_load_builds_the_int8_export_and_later_loads_run_it(
+    tiny_checkpoint, no_bf16, monkeypatch, caplog
+):
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
+        first = ContextPruner.from_pretrained(tiny_checkpoint)
+    cache = export_cache_dir(tiny_checkpoint)
+    assert (first.backend.name, first.precision) == ("onnx", "int8")
+    assert first.backend.cached == cache and (cache / "model.int8.onnx").is_file()
+    assert "building the int8 graph" in caplog.text and "int8 graph built in" in caplog.text
+    folder = ContextPruner.from_pretrained(cache, device="cpu")  # the export folder's own int8 graph
+    a, b = first.score("Where is the tower?", PASSAGES), folder.score("Where is the tower?", PASSAGES)
+    assert all(np.allclose(x, y) for x, y in zip(a.sentence_scores, b.sentence_scores))
+    monkeypatch.setattr(int8_build.subprocess, "run", lambda *a, **k: pytest.fail("built a second time"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
+        again = ContextPruner.from_pretrained(tiny_checkpoint)
+    assert again.precision == "int8" and caplog.text == ""
+    for kwargs in ({"dtype": "fp32"}, {"quantized": False}, {"backend": "torch"}):
+        assert ContextPruner.from_pretrained(tiny_checkpoint, **kwargs).backend.name == "torch", kwargs
+
+
+def test_a_failed_build_runs_fp32_says_why_and_is_not_tried_again(
+    tiny_checkpoint, no_bf16, monkeypatch, caplog
+):
+    fail = "import sys; sys.stderr.write('warning: noise\\nerror: the export broke\\n'); sys.exit(1)"
+    monkeypatch.setattr(int8_build, "EXPORT_COMMAND", [sys.executable, "-c", fail])
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
+        pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+    cache = export_cache_dir(tiny_checkpoint)
+    assert (pruner.backend.name, pruner.precision) == ("torch", "fp32")
+    assert "int8 build failed (error: the export broke)" in caplog.text and "Traceback" not in caplog.text
+    assert failure_file(cache).read_text().strip() == "error: the export broke" and not cache.exists()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
+        assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
+    assert caplog.text == ""  # not tried again
+    assert main(["export", "--model", str(tiny_checkpoint), "--cache", "--quantize", "int8"]) == 0
+    assert not failure_file(cache).exists()  # cached by hand: no-flag loads run it
+    assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "int8"
+
+
+def test_no_build_when_turned_off_or_where_the_cache_cannot_be_written(
+    tiny_checkpoint, no_bf16, monkeypatch, tmp_path, caplog
+):
+    monkeypatch.setenv("PRUNER_AUTO_INT8", "0")
+    assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
+    assert not (tmp_path / "cache").exists()
+    monkeypatch.setenv("PRUNER_AUTO_INT8", "1")
+    (tmp_path / "a_file").write_text("not a folder")
+    monkeypatch.setenv("PRUNER_CACHE", str(tmp_path / "a_file"))
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
+        assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
+    assert "no int8 build for" in caplog.text and "it runs fp32" in caplog.text
+    assert len(caplog.records) == 1 and "\n" not in caplog.records[0].getMessage()
+
+
+def test_loads_at_once_build_once(tmp_path, monkeypatch):
+    """Two loads that both find no export: one builds, the other waits on the lock and finds it."""
+    counter, cache = tmp_path / "builds", tmp_path / "cache" / "onnx" / "digest"
+    build = (
+        "import pathlib, time; time.sleep(0.5); "
+        f"c = pathlib.Path({str(counter)!r}); c.write_text((c.read_text() if c.exists() else '') + 'x'); "
+        f"d = pathlib.Path({str(cache)!r}); d.mkdir(parents=True); (d / 'export_report.json').write_text('{{}}')"
+    )
+    monkeypatch.setattr(int8_build, "EXPORT_COMMAND", [sys.executable, "-c", build])
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(build_int8_export(tmp_path, cache))) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True, True] and counter.read_text() == "x"
