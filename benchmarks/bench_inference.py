@@ -1,6 +1,6 @@
 """Inference benchmark: torch fp32, torch bf16 (where native), what ``from_pretrained`` picks with
-no flags for the checkpoint (``default``: its cached int8 export where ``pruner export --cache`` wrote one
-and bf16 is not native) and for its ONNX folder (``default_onnx``: the int8 graph
+no flags for the checkpoint (``default``: where bf16 is not native, its int8 export, which that load
+builds into ``$PRUNER_CACHE`` when none is cached) and for its ONNX folder (``default_onnx``: the int8 graph
 where the export kept it), onnx fp32 and onnx int8, 1 and 2 threads, and the HTTP
 server with and without micro-batching, all measured in one run on the same inputs.
 
