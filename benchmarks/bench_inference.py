@@ -51,32 +51,38 @@ def groups_of(pairs, size=5):
     return [(pairs[i][0], [p for _, p in pairs[i : i + size]]) for i in range(0, len(pairs), size)]
 
 
-def bench_pruner(pruner, pairs, repeats: int = 2) -> dict:
-    """Throughput of prune_batch over all pairs, latency of one query (5 passages) at a time."""
+def bench_pruners(pruners: dict, pairs, rounds: int = 3) -> dict:
+    """Throughput of prune_batch over all pairs for each pruner, and the latency of one query (5
+    passages) at a time. The throughput passes are interleaved (each round times every pruner once,
+    the best round kept), so that a machine whose load drifts during the run slows every backend
+    alike and the ratios between them hold."""
     groups = groups_of(pairs)
-    pruner.prune_batch(groups[:2])  # warm-up
-    best = float("inf")
-    enc = post = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        res = pruner.prune_batch(groups)
-        dt = time.perf_counter() - t
-        if dt < best:
-            best = dt
-            enc = sum(r.stats.encoder_seconds for r in res)
-            post = sum(r.stats.postprocess_seconds for r in res)
-    lat = []
-    for q, ps in groups[:20]:
-        t = time.perf_counter()
-        pruner.prune(q, ps)
-        lat.append(time.perf_counter() - t)
-    return {
-        "pairs_per_s": len(pairs) / best,
-        "batch_seconds": best,
-        "postprocess_share": post / (enc + post) if enc + post else 0.0,
-        "p50_ms": float(np.percentile(lat, 50) * 1000),
-        "p95_ms": float(np.percentile(lat, 95) * 1000),
-    }
+    for pruner in pruners.values():
+        pruner.prune_batch(groups[:2])  # warm-up
+    out = {name: {"batch_seconds": float("inf")} for name in pruners}
+    for _ in range(rounds):
+        for name, pruner in pruners.items():
+            t = time.perf_counter()
+            res = pruner.prune_batch(groups)
+            dt = time.perf_counter() - t
+            if dt < out[name]["batch_seconds"]:
+                enc = sum(r.stats.encoder_seconds for r in res)
+                post = sum(r.stats.postprocess_seconds for r in res)
+                out[name].update(
+                    batch_seconds=dt,
+                    pairs_per_s=len(pairs) / dt,
+                    postprocess_share=post / (enc + post) if enc + post else 0.0,
+                )
+    for name, pruner in pruners.items():
+        lat = []
+        for q, ps in groups[:20]:
+            t = time.perf_counter()
+            pruner.prune(q, ps)
+            lat.append(time.perf_counter() - t)
+        out[name].update(
+            p50_ms=float(np.percentile(lat, 50) * 1000), p95_ms=float(np.percentile(lat, 95) * 1000)
+        )
+    return out
 
 
 def bench_batching_ceiling(pruner, pairs, clients: int = 8, repeats: int = 3) -> dict:
@@ -129,7 +135,43 @@ def gemm_peak(threads: int, size: int = 2048, seconds: float = 1.5) -> dict:
             a @ b
             n += 1
         out[name] = 2 * size**3 * n / (time.perf_counter() - t0) / 1e9
+    out["int8"] = int8_gemm_peak(threads, size, seconds)
     return out
+
+
+def int8_gemm_peak(threads: int, size: int = 2048, seconds: float = 1.5) -> float:
+    """The int8 ONNX graph's matrix product as onnxruntime runs it on this CPU (an fp32 input
+    quantized to uint8 by ``DynamicQuantizeLinear``, ``MatMulInteger`` with int8 weights), in
+    GOP/s at ``threads`` threads; 0 without onnx/onnxruntime."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return 0.0
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.integers(-127, 128, (size, size), dtype=np.int8), "w")
+    zero = numpy_helper.from_array(np.zeros((), dtype=np.int8), "w_zero")
+    graph = helper.make_graph(
+        [
+            helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero"]),
+            helper.make_node("MatMulInteger", ["xq", "w", "x_zero", "w_zero"], ["y"]),
+        ],
+        "int8_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [size, size])],
+        [weight, zero],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    x = {"x": rng.standard_normal((size, size), dtype=np.float32)}
+    sess.run(None, x)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, x)
+        n += 1
+    return 2 * size**3 * n / (time.perf_counter() - t0) / 1e9
 
 
 def biencoder_queries_per_s(pairs, repeats: int = 1) -> float:
@@ -289,7 +331,8 @@ def main() -> int:
         peak = gemm_peak(n)
         results[f"gemm_peak_gflops@{n}t"] = peak
         print(
-            f"GEMM peak {n} thread(s): fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s",
+            f"GEMM peak {n} thread(s): fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s, "
+            f"int8 (onnxruntime) {peak['int8']:.0f} GOP/s",
             file=sys.stderr,
         )
         torch.set_num_threads(n)
@@ -312,8 +355,9 @@ def main() -> int:
             runs["torch_bf16"] = ContextPruner.from_pretrained(
                 args.model, backend="torch", device="cpu", dtype="bf16"
             )
+        timed = bench_pruners(runs, pairs)
         for name, pruner in runs.items():
-            r = bench_pruner(pruner, pairs)
+            r = timed[name]
             # windows of the pairs (one each at these lengths) and the encoder's share of the GEMM peak
             tokens = np.mean([len(pruner.tokenizer(q, p)["input_ids"]) for q, p in pairs[:50]])
             gflop_per_window = 2 * encoder_params * tokens / 1e9
@@ -322,16 +366,15 @@ def main() -> int:
                 r["pairs_per_s"] * tokens / 256
             )  # windows of 256 tokens, counted by tokens
             r["precision"] = pruner.precision
-            r["peak_fraction"] = (
-                r["pairs_per_s"] * gflop_per_window / peak["bf16" if pruner.precision == "bf16" else "fp32"]
-            )
+            kind = pruner.precision if peak.get(pruner.precision) else "fp32"  # the peak it runs against
+            r["peak_fraction"], r["peak_kind"] = r["pairs_per_s"] * gflop_per_window / peak[kind], kind
             results["runs"][f"{name}@{n}t"] = r
             print(
                 f"{name:>10} ({pruner.backend.name} {pruner.precision}) {n} thread(s) on {results['cpu']['cpu_class']}: "
                 f"{r['pairs_per_s']:6.1f} pairs/s = {r['windows256_per_s']:6.1f} windows of 256 tokens/s, "
                 f"p50 {r['p50_ms']:6.1f} ms, "
                 f"p95 {r['p95_ms']:6.1f} ms, post-processing {r['postprocess_share']:.1%}, "
-                f"{r['peak_fraction']:.0%} of the GEMM peak",
+                f"{r['peak_fraction']:.0%} of the {kind} GEMM peak",
                 file=sys.stderr,
             )
     ratios = {}
