@@ -107,3 +107,14 @@ def test_loads_at_once_build_once(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert results == [True, True] and counter.read_text() == "x"
+
+
+def test_a_build_that_runs_too_long_is_stopped_and_said_so(tmp_path, monkeypatch, caplog):
+    cache = tmp_path / "cache" / "onnx" / "digest"
+    monkeypatch.setattr(int8_build, "EXPORT_COMMAND", [sys.executable, "-c", "import time; time.sleep(30)"])
+    monkeypatch.setattr(int8_build, "TIMEOUT_S", 1)
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
+        assert build_int8_export(tmp_path, cache) is False
+    assert (
+        failure_file(cache).read_text().strip() == "stopped after 1 s" and "stopped after 1 s" in caplog.text
+    )
