@@ -24,7 +24,8 @@ def _export_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write it where loading the checkpoint with no flags finds it (PRUNER_CACHE, default "
         "~/.cache/pruner_model, by a digest of the weights and config): on a CPU without native bf16, "
-        "ContextPruner.from_pretrained(MODEL) and every command then run its validated int8 graph",
+        "ContextPruner.from_pretrained(MODEL), pruner prune and pruner serve run its validated int8 graph "
+        "(the first such load builds it by itself; this builds it ahead of time)",
     )
     p.add_argument("--quantize", choices=["int8"], default=None, help="also write a dynamic int8 model")
     p.add_argument(
