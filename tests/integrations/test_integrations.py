@@ -106,9 +106,8 @@ def test_mcp_stdio_server_tool_and_resources(tiny_checkpoint, tmp_path):
         command=sys.executable,
         args=["-m", "pruner_model.cli", "mcp", "--model", str(tiny_checkpoint), "--documents", str(docs)],
         cwd=str(elsewhere),
-        env=dict(
-            os.environ
-        ),  # the test session's export cache and int8 setting (mcp passes only PATH, HOME, ...)
+        # the test session's export cache and int8 setting (mcp passes only PATH, HOME, ...)
+        env=dict(os.environ),
     )
 
     async def session():
