@@ -89,7 +89,7 @@ def _run_build(path: Path, cache: Path, failed: Path) -> bool:
     """Run the export in a child process; on failure, write ``failed`` and say why in one line."""
     logger.warning(
         f"this CPU has no native bf16: building the int8 graph of {path} once (about 20 s for the "
-        f"shipped model on 2 cores) into {cache}; {AUTO_ENV}=0 to skip"
+        f"shipped model on 2 AVX2 EPYC cores) into {cache}; {AUTO_ENV}=0 to skip"
     )
     start = time.monotonic()
     command = [*EXPORT_COMMAND, "--model", str(path)]
