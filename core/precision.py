@@ -59,6 +59,28 @@ def cpu_has_bf16(flags: frozenset[str] | set[str] | None = None) -> bool:
     return ("avx512_bf16" in flags or "amx_bf16" in flags) and _onednn_cap() not in _ONEDNN_WITHOUT_BF16
 
 
+def cpu_prefers_int8(flags: frozenset[str] | set[str] | None = None) -> bool:
+    """Whether a no-flag checkpoint load on this CPU looks for (and builds) its validated int8 ONNX
+    graph rather than running torch: where bf16 is not native (int8 is the fast path), and where
+    int8 dot products (VNNI: AVX-512 VNNI or AVX-VNNI) do twice the work of bf16's per instruction
+    (on 2 AVX-512 BF16 EPYC cores onnxruntime's int8 GEMM ran 775-814 GOP/s against torch's bf16
+    388-413 GFLOP/s, ``benchmarks/bench_inference.py``); there the graph must also measure faster
+    than the checkpoint's bf16 (:mod:`pruner_model.inference.int8_speed`). Not on AMX, whose bf16
+    tiles stay the default (int8 against them not measured)."""
+    flags = cpu_flags() if flags is None else flags
+    if not cpu_has_bf16(flags):
+        return True
+    return bool({"avx512_vnni", "avx_vnni"} & flags) and "amx_bf16" not in flags
+
+
+def int8_reason(flags: frozenset[str] | set[str] | None = None) -> str:
+    """Why a no-flag load runs int8 here, for the one line that says so."""
+    flags = cpu_flags() if flags is None else flags
+    if not cpu_has_bf16(flags):
+        return "this CPU has no native bf16"
+    return f"on this {cpu_class(flags)} CPU int8 (VNNI) outruns bf16"
+
+
 def cpu_class(flags: frozenset[str] | set[str] | None = None) -> str:
     """The CPU's class for speed purposes: ``AMX``, ``AVX-512 BF16``, ``AVX-512``, ``AVX2``,
     ``ARM`` or ``other``. Timings in the docs name it."""

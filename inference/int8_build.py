@@ -1,7 +1,8 @@
-"""The first no-flag load of a checkpoint on a CPU without native bf16 builds its int8 graph.
+"""The first no-flag load of a checkpoint on a CPU that prefers int8 builds its int8 graph.
 
-Where bf16 is not native (an AVX2-only CPU), the fast way to run a checkpoint is its validated int8
-ONNX graph (:func:`pruner_model.inference.loading.cached_int8`). When no export of the checkpoint
+Where bf16 is not native (an AVX2-only CPU), and where int8 dot products (VNNI) outrun bf16's (an
+AVX-512 BF16 CPU without AMX: :func:`pruner_model.core.precision.cpu_prefers_int8`), the fast way
+to run a checkpoint is its validated int8 ONNX graph (:func:`pruner_model.inference.loading.cached_int8`). When no export of the checkpoint
 is cached yet, the load runs ``pruner export --model PATH --cache --quantize int8`` once, in a
 child process (the trace, fusions, quantization and validation against torch hold about 1.4 GB
 for the shipped model, given back when the child exits), and runs the graph it wrote: about 20 s
@@ -10,7 +11,7 @@ finds the export by the checkpoint's digest.
 
 Processes that load the same checkpoint at once (a server's workers) build it once: the others
 wait on a lock file beside it. A build that fails or runs past ``TIMEOUT_S`` leaves a
-``<digest>.failed`` file with its reason and the checkpoint runs fp32; loads do not try again
+``<digest>.failed`` file with its reason and the checkpoint runs torch; loads do not try again
 until that file is removed or ``pruner export --cache`` succeeds. ``PRUNER_AUTO_INT8=0`` turns the
 build off (a precision asked for, ``dtype="fp32"`` or ``quantized=False``, never builds either).
 """
@@ -25,11 +26,12 @@ import sys
 import time
 from pathlib import Path
 
+from pruner_model.core.precision import int8_reason
 from pruner_model.core.records import error_line
 
 logger = logging.getLogger(__name__)
 AUTO_ENV = "PRUNER_AUTO_INT8"  # "0" (or off/false/no): no-flag loads never build an int8 export
-TIMEOUT_S = 900  # a build that takes longer is stopped; the checkpoint runs fp32
+TIMEOUT_S = 900  # a build that takes longer is stopped; the checkpoint runs torch
 EXPORT_COMMAND = [sys.executable, "-m", "pruner_model.cli", "export", "--cache", "--quantize", "int8"]
 
 
@@ -81,14 +83,14 @@ def build_int8_export(path: Path, cache: Path) -> bool:
                 return False
             return _run_build(path, cache, failed)
     except OSError as exc:
-        logger.warning(f"no int8 build for {path} ({error_line(exc)}): it runs fp32")
+        logger.warning(f"no int8 build for {path} ({error_line(exc)}): it runs torch")
         return False
 
 
 def _run_build(path: Path, cache: Path, failed: Path) -> bool:
     """Run the export in a child process; on failure, write ``failed`` and say why in one line."""
     logger.warning(
-        f"this CPU has no native bf16: building the int8 graph of {path} once (about 20 s for the "
+        f"{int8_reason()}: building the int8 graph of {path} once (about 20 s for the "
         f"shipped model on 2 AVX2 EPYC cores) into {cache}; {AUTO_ENV}=0 to skip"
     )
     start = time.monotonic()
@@ -109,7 +111,7 @@ def _run_build(path: Path, cache: Path, failed: Path) -> bool:
     reason = reason or "the export wrote no report"
     failed.write_text(reason + "\n", encoding="utf-8")
     logger.warning(
-        f"int8 build failed ({reason}): {path} runs fp32; to try again remove {failed} "
+        f"int8 build failed ({reason}): {path} runs torch; to try again remove {failed} "
         f"or run: pruner export --model {path} --cache --quantize int8"
     )
     return False

@@ -61,7 +61,7 @@ def load_tokenizer(path: Path):
 
 def export_cache_dir(path: Path) -> Path:
     """Where ``pruner export --cache`` writes the ONNX export of the checkpoint folder ``path``, and
-    where a no-flag load of that checkpoint on a CPU without native bf16 looks for its int8 graph:
+    where a no-flag load of that checkpoint on a CPU that prefers int8 looks for its int8 graph:
     ``$PRUNER_CACHE`` (default ``~/.cache/pruner_model``) ``/onnx/`` + a digest of its
     ``config.json`` and ``model.safetensors``, so that another training, a recalibration or an
     edited config never meets an export of other weights or another threshold."""
@@ -78,18 +78,19 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
     """The cached export (:func:`export_cache_dir`) whose int8 graph a load of the checkpoint
     ``path`` runs instead of torch: with ``quantized=True``, wherever it is cached; with nothing
     asked for (no ``dtype``, no ``quantized``), when the export validated and kept it and the CPU
-    has no native bf16 (where it is native, the checkpoint's bf16 is the default), built first
+    prefers int8 (:func:`~pruner_model.core.precision.cpu_prefers_int8`: no native bf16, or int8
+    dot products (VNNI) without AMX, where the graph must also outrun the checkpoint's bf16,
+    measured once: :mod:`~pruner_model.inference.int8_speed`; elsewhere bf16 is the default), built first
     when none is cached (:mod:`~pruner_model.inference.int8_build`). None otherwise (or without
     onnxruntime); where it could run but no int8 graph is cached, logs (debug) how to cache one."""
-    from pruner_model.core.precision import resolve_precision
+    from pruner_model.core.precision import cpu_has_bf16, cpu_prefers_int8, int8_reason
     from pruner_model.inference.int8_build import auto_build_enabled, build_int8_export
+    from pruner_model.inference.int8_speed import int8_outruns_bf16
 
     asked = backend_kwargs.get("quantized")
     if backend_kwargs.get("dtype") not in (None, "auto") or asked is False:
         return None
-    if not asked and (
-        str(device or "auto") not in ("cpu", "auto") or resolve_precision("auto", device) != "fp32"
-    ):
+    if not asked and (str(device or "auto") not in ("cpu", "auto") or not cpu_prefers_int8()):
         return None
     try:
         from pruner_model.inference.onnx_backend import default_providers, validated_int8
@@ -105,9 +106,11 @@ def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
     if not (cache / "export_report.json").is_file() and auto_build_enabled():
         build_int8_export(path, cache)  # once per checkpoint and machine (inference.int8_build)
     if (cache / "model.onnx").is_file() and validated_int8(cache) is not None:
+        if cpu_has_bf16() and not int8_outruns_bf16(path, cache):
+            return None  # measured once on this CPU class (inference.int8_speed): bf16 stands
         return cache
     logger.debug(
-        "this CPU has no native bf16: the checkpoint runs fp32; an int8 export runs faster and is "
+        f"{int8_reason()}: the checkpoint runs torch; an int8 export runs faster and is "
         f"used by itself once cached: pruner export --model {path} --cache --quantize int8"
     )
     return None

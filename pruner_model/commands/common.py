@@ -76,7 +76,7 @@ def add_quantized_argument(p: argparse.ArgumentParser) -> None:
         default=None,
         help="an ONNX folder's model.int8.onnx (--no-quantized: model.onnx; for a checkpoint, torch); default: "
         "int8 on a CPU when the export validated and kept it, and for a checkpoint with an export cached by "
-        "`pruner export --cache` on a CPU without native bf16",
+        "`pruner export --cache` on a CPU without native bf16 or with VNNI and no AMX",
     )
 
 

@@ -23,7 +23,8 @@ def _export_parser() -> argparse.ArgumentParser:
         "--cache",
         action="store_true",
         help="write it where loading the checkpoint with no flags finds it (PRUNER_CACHE, default "
-        "~/.cache/pruner_model, by a digest of the weights and config): on a CPU without native bf16, "
+        "~/.cache/pruner_model, by a digest of the weights and config): on a CPU without native bf16 "
+        "or with int8 dot products (VNNI) and no AMX, "
         "ContextPruner.from_pretrained(MODEL), pruner prune and pruner serve run its validated int8 graph "
         "(the first such load builds it by itself; this builds it ahead of time)",
     )
@@ -129,12 +130,12 @@ def _say_checks(report: dict) -> None:
 
 def _cache_use(report: dict, model_dir) -> str:
     """What loading the checkpoint runs now that its export is cached."""
-    from pruner_model.core.precision import resolve_precision
+    from pruner_model.core.precision import cpu_prefers_int8
 
     if "model.int8.onnx" not in report["files"]:
         use = "no int8 graph in it: loading the checkpoint runs torch (export with --quantize int8)"
-    elif resolve_precision("auto", "cpu") == "bf16":
-        use = "this CPU has native bf16, which loading the checkpoint runs by default; quantized=True (--quantized) runs this int8 graph"
+    elif not cpu_prefers_int8():
+        use = "this CPU runs the checkpoint's bf16 by default; quantized=True (--quantized) runs this int8 graph"
     else:
         use = f"on this CPU, loading {model_dir} with no flags runs its int8 graph (--dtype fp32 for torch)"
     return use

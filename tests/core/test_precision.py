@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 from pruner_model.core import precision
-from pruner_model.core.precision import cpu_class, cpu_has_bf16, resolve_precision
+from pruner_model.core.precision import (
+    cpu_class,
+    cpu_has_bf16,
+    cpu_prefers_int8,
+    int8_reason,
+    resolve_precision,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})  # AMD Zen 2/3, most laptops
@@ -83,6 +89,28 @@ def test_forced_bf16_without_native_warns_once_for_training_and_is_refused_for_i
     with caplog.at_level(logging.WARNING, logger="pruner_model.core.precision"):
         assert resolve_precision("bf16", "cpu", purpose="training", flags=AMX) == "bf16"
     assert not caplog.records  # native: nothing to warn about
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (AVX2, True),  # no native bf16: int8 is the fast path
+        (AVX512, True),
+        (AVX512_BF16, True),  # VNNI int8 dot products outrun bf16's
+        (AVX512_BF16 - {"avx512_vnni"}, False),  # bf16 without VNNI: bf16
+        (AMX, False),  # AMX bf16 tiles stay the default
+        (ARM, True),
+    ],
+)
+def test_where_a_no_flag_load_prefers_int8(flags, expected):
+    assert cpu_prefers_int8(flags) == expected
+    if expected:
+        reason = int8_reason(flags)
+        assert reason == (
+            "this CPU has no native bf16"
+            if not cpu_has_bf16(flags)
+            else "on this AVX-512 BF16 CPU int8 (VNNI) outruns bf16"
+        )
 
 
 def test_onednn_isa_cap_turns_native_bf16_off(monkeypatch):

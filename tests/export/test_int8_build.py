@@ -85,7 +85,7 @@ def test_no_build_when_turned_off_or_where_the_cache_cannot_be_written(
     monkeypatch.setenv("PRUNER_CACHE", str(tmp_path / "a_file"))
     with caplog.at_level(logging.WARNING, logger="pruner_model.inference.int8_build"):
         assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
-    assert "no int8 build for" in caplog.text and "it runs fp32" in caplog.text
+    assert "no int8 build for" in caplog.text and "it runs torch" in caplog.text
     assert len(caplog.records) == 1 and "\n" not in caplog.records[0].getMessage()
 
 
@@ -118,3 +118,41 @@ def test_a_build_that_runs_too_long_is_stopped_and_said_so(tmp_path, monkeypatch
     assert (
         failure_file(cache).read_text().strip() == "stopped after 1 s" and "stopped after 1 s" in caplog.text
     )
+
+
+def test_where_bf16_is_native_and_int8_has_vnni_the_load_measures_which_is_faster_once(
+    tiny_checkpoint, no_bf16, monkeypatch, caplog
+):
+    """An AVX-512 BF16 CPU with VNNI: the first no-flag load builds the export, times its int8 graph
+    against torch bf16 on one batch and records it; loads follow the record of this CPU class (a
+    record from another class is measured again); an AMX CPU keeps bf16 and builds nothing."""
+    import json
+
+    import pruner_model.core.precision as precision
+    from pruner_model.inference import int8_speed
+
+    bf16_vnni = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"})
+    monkeypatch.setattr(precision, "cpu_flags", lambda: bf16_vnni)
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference"):
+        first = ContextPruner.from_pretrained(tiny_checkpoint)
+    cache = export_cache_dir(tiny_checkpoint)
+    record = json.loads((cache / int8_speed.SPEED_FILE).read_text())
+    assert record["cpu_class"] == "AVX-512 BF16" and record["int8_ms"] > 0 and record["bf16_ms"] > 0
+    faster = record["int8_ms"] < record["bf16_ms"]
+    assert (first.backend.name, first.precision) == (("onnx", "int8") if faster else ("torch", "bf16"))
+    assert "on this AVX-512 BF16 CPU int8 (VNNI) outruns bf16: building" in caplog.text
+    assert f"no-flag loads run {'int8' if faster else 'bf16'}" in caplog.text
+    monkeypatch.setattr(int8_speed, "time_int8_and_bf16", lambda *a: pytest.fail("measured again"))
+    for int8_ms, bf16_ms, expected in ((5.0, 9.0, "int8"), (9.0, 5.0, "bf16")):
+        (cache / int8_speed.SPEED_FILE).write_text(
+            json.dumps({"cpu_class": "AVX-512 BF16", "int8_ms": int8_ms, "bf16_ms": bf16_ms})
+        )
+        assert ContextPruner.from_pretrained(tiny_checkpoint).precision == expected
+    (cache / int8_speed.SPEED_FILE).write_text(json.dumps({"cpu_class": "AVX2", "int8_ms": 1, "bf16_ms": 9}))
+    monkeypatch.setattr(int8_speed, "time_int8_and_bf16", lambda *a: (7.0, 3.0))
+    assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "bf16"  # measured on this class
+    assert json.loads((cache / int8_speed.SPEED_FILE).read_text())["int8_ms"] == 7.0
+    monkeypatch.setattr(precision, "cpu_flags", lambda: bf16_vnni | {"amx_bf16", "amx_int8"})
+    monkeypatch.setenv("PRUNER_CACHE", str(cache.parent.parent / "other"))
+    monkeypatch.setattr(int8_build.subprocess, "run", lambda *a, **k: pytest.fail("built on AMX"))
+    assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "bf16"

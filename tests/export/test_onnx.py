@@ -132,13 +132,23 @@ def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_no
     labeled.write_text("".join(json.dumps(r) + "\n" for r in records()))
     assert main(["calibrate", "--model", str(tiny_checkpoint), "--data", str(labeled), "--dry-run"]) == 0
     assert ContextPruner.from_pretrained(tiny_checkpoint, quantized=True).precision == "int8"
-    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    original = (tiny_checkpoint / "config.json").read_bytes()
+    config = json.loads(original)
     (tiny_checkpoint / "config.json").write_text(json.dumps({**config, "threshold": 0.123}))
     assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
-    # where bf16 is native the checkpoint's own bf16 is the default, not the cached int8
-    (tiny_checkpoint / "config.json").write_text(json.dumps(config))
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
-    assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == "torch"
+    # where bf16 is native and int8 has no VNNI, or on AMX, the checkpoint's own bf16 is the
+    # default, not the cached int8; with VNNI and no AMX, int8 outruns bf16 and is the default
+    (tiny_checkpoint / "config.json").write_bytes(original)  # the digest of the cached export again
+    bf16_cpu = frozenset({"avx2", "avx512f", "avx512_bf16"})
+    speed = {"cpu_class": "AVX-512 BF16", "int8_ms": 1.0, "bf16_ms": 2.0}  # as measured (test_int8_build)
+    (next((tmp_path / "cache" / "onnx").iterdir()) / "speed.json").write_text(json.dumps(speed))
+    for flags, backend in (
+        (bf16_cpu, "torch"),
+        (bf16_cpu | {"avx512_vnni"}, "onnx"),
+        (bf16_cpu | {"avx512_vnni", "amx_bf16", "amx_int8"}, "torch"),
+    ):
+        monkeypatch.setattr(precision, "cpu_flags", lambda flags=flags: flags)
+        assert ContextPruner.from_pretrained(tiny_checkpoint).backend.name == backend, flags
     with pytest.raises(SystemExit):  # --cache and --output name two places
         main(["export", "--model", str(tiny_checkpoint), "--cache", "--output", str(tmp_path / "x")])
 
