@@ -64,10 +64,10 @@ def time_int8_and_bf16(path: Path, cache: Path) -> tuple[float, float]:
     graph of ``cache`` and through the checkpoint ``path`` in torch bf16: the two alternate, best
     of ``ROUNDS`` each after a warm-up call, each at its default thread count."""
     from pruner_model.inference.backends import TorchBackend
-    from pruner_model.inference.loading import load_tokenizer
     from pruner_model.inference.onnx_backend import OnnxBackend
+    from transformers import AutoTokenizer
 
-    tokenizer = load_tokenizer(path)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     text = " ".join(
         f"Sentence {i} of a passage says where the tower stands and when it was built." for i in range(40)
     )
