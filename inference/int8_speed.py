@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
-from pruner_model.core.records import error_line
+from pruner_model.core.records import error_line, write_json
 
 logger = logging.getLogger(__name__)
 SPEED_FILE = "speed.json"
@@ -46,9 +45,7 @@ def int8_outruns_bf16(path: Path, cache: Path) -> bool:
         return False
     faster = int8_ms < bf16_ms
     try:
-        tmp = record.with_name(record.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"cpu_class": klass, "int8_ms": int8_ms, "bf16_ms": bf16_ms}) + "\n")
-        os.replace(tmp, record)
+        write_json(record, {"cpu_class": klass, "int8_ms": int8_ms, "bf16_ms": bf16_ms})
     except OSError as exc:
         logger.debug("speed record not written (%s): the next load measures again", error_line(exc))
     logger.warning(
