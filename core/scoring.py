@@ -40,12 +40,17 @@ def pad_rows(rows: Sequence[Sequence[int]], fill: int, width: int | None = None)
     return out
 
 
-# Batches are planned from window lengths: padded tokens cost as much as real ones on a CPU and a
-# batch of many long windows leaves the cache (measured with benchmarks/bench_inference.py:
-# docs/serving.md), so a batch holds windows of close lengths and a bounded number of tokens.
+# Batches are planned from window lengths: padded tokens cost as much as real ones on a CPU, a
+# batch of many long windows leaves the cache, and every forward call has a fixed cost (measured
+# with benchmarks/bench_inference.py: docs/serving.md), so a batch holds windows of close lengths
+# and a bounded number of tokens, and short windows share a call rather than run alone.
 CPU_BATCH_TOKENS = 1024  # padded tokens in one forward call on a CPU
 GPU_BATCH_TOKENS = 1 << 16  # on a GPU, where wide batches pay
-MIN_FILL = 0.8  # real tokens / padded tokens a batch may not fall under (when it holds 2 or more)
+# The planner's cost of a call of n windows padded to L tokens, in tokens: CALL_TOKENS + n * L *
+# (1 + L / ATTENTION_TOKENS). Fitted to onnxruntime int8 on a 2-core AVX-512 EPYC (a call costs
+# what about 43 tokens do; attention's quadratic term equals the linear one at about 1,360 tokens).
+CALL_TOKENS = 40.0
+ATTENTION_TOKENS = 1400.0
 
 
 def batch_tokens(on_cpu: bool) -> int:
@@ -54,29 +59,41 @@ def batch_tokens(on_cpu: bool) -> int:
 
 
 def plan_batches(
-    lengths: Sequence[int], batch_size: int, max_tokens: int = CPU_BATCH_TOKENS, min_fill: float = MIN_FILL
+    lengths: Sequence[int],
+    batch_size: int,
+    max_tokens: int = CPU_BATCH_TOKENS,
+    call_tokens: float | None = None,
 ) -> list[np.ndarray]:
-    """Window indices in forward calls: longest first, each batch padded only to its own longest
-    window, at most ``batch_size`` windows and ``max_tokens`` padded tokens (a longer window goes
-    alone), and at least ``min_fill`` of its padded tokens real.
+    """Window indices in forward calls, the cheapest plan under the cost model above: longest
+    first, each batch a run of the length-sorted windows padded only to its own longest, at most
+    ``batch_size`` windows and ``max_tokens`` padded tokens (a longer window goes alone).
+    ``call_tokens``: a call's fixed cost in tokens (None: :data:`CALL_TOKENS`); a huge value asks
+    for the fewest calls, as plain batches of ``batch_size`` would.
 
     >>> [b.tolist() for b in plan_batches([100, 30, 90, 95, 28], batch_size=8, max_tokens=400)]
     [[0, 3, 2], [1, 4]]
     """
+    call = CALL_TOKENS if call_tokens is None else call_tokens
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
-    batches: list[np.ndarray] = []
-    start, real = 0, 0
-    for i, w in enumerate(order):
-        n = i - start + 1  # windows in the batch if this one joins; the first is the longest
-        longest = int(lengths[order[start]])
-        real += int(lengths[w])
-        if n > 1 and (n > batch_size or n * longest > max_tokens or real < min_fill * n * longest):
-            batches.append(order[start:i])
-            start, real = i, int(lengths[w])
-    if len(order):
-        batches.append(order[start:])
-    return batches
+    longest = lengths[order].astype(np.float64)
+    n = len(order)
+    # cost[i]: the cheapest plan of the i longest windows; start[i]: where its last batch starts
+    cost = np.zeros(n + 1)
+    start = np.zeros(n + 1, dtype=np.int64)
+    per_window = longest * (1.0 + longest / ATTENTION_TOKENS)
+    for i in range(1, n + 1):
+        first = np.arange(max(0, i - batch_size), i)  # the last batch is order[first:i]
+        size = i - first
+        fits = (size == 1) | (size * longest[first] <= max_tokens)
+        c = np.where(fits, cost[first] + call + size * per_window[first], np.inf)
+        k = int(np.argmin(c))
+        cost[i], start[i] = c[k], first[k]
+    batches, i = [], n
+    while i > 0:
+        batches.append(order[start[i] : i])
+        i = int(start[i])
+    return batches[::-1]
 
 
 def pad_value(name: str, pad_id: int) -> int:
@@ -143,7 +160,7 @@ def score_windows(
         bar = tqdm(total=len(windows), desc="scoring", unit="window")
     if max_tokens is None:
         max_tokens = getattr(forward, "batch_tokens", CPU_BATCH_TOKENS)
-    for idx in plan_batches(windows.lengths, batch_size, max_tokens, MIN_FILL):
+    for idx in plan_batches(windows.lengths, batch_size, max_tokens):
         batch = {n: pad_rows([windows.features[n][w] for w in idx], pad_value(n, pad_id)) for n in names}
         t = time.perf_counter()
         token_logits, relevance_logits = forward(batch)
