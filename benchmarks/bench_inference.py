@@ -93,27 +93,25 @@ def bench_batching_ceiling(pruner, pairs, clients: int = 8, repeats: int = 3) ->
     length-sorted windows under its cost model) and with the fewest calls of up to
     ``pruner.batch_size`` windows padded to their longest (``unplanned``), interleaved and the best
     of ``repeats`` kept."""
-    from pruner_model.core import scoring
     from pruner_model.inference.requests import PruneRequest
 
     params = pruner.selection_params()
     reqs = [PruneRequest(q, ps, params) for q, ps in groups_of(pairs)]
     pruner.run(reqs[:2])  # warm-up
-    planned = (pruner.backend.batch_tokens, scoring.CALL_TOKENS)
+    backend = pruner.backend
+    planned = (backend.batch_tokens, backend.call_tokens)
     best = {}
     for _ in range(repeats):
         for plan in ("planned", "unplanned"):
             # unplanned: the fewest calls (a huge fixed cost a call), each up to batch_size windows
-            pruner.backend.batch_tokens, scoring.CALL_TOKENS = (
-                planned if plan == "planned" else (1 << 30, 1e12)
-            )
+            backend.batch_tokens, backend.call_tokens = planned if plan == "planned" else (1 << 30, 1e12)
             for name, per_call in (("one_at_a_time", 1), ("batched", clients)):
                 t = time.perf_counter()
                 for i in range(0, len(reqs), per_call):
                     pruner.run(reqs[i : i + per_call])
                 key = f"{plan}_{name}_s"
                 best[key] = min(best.get(key, float("inf")), time.perf_counter() - t)
-    pruner.backend.batch_tokens, scoring.CALL_TOKENS = planned
+    backend.batch_tokens, backend.call_tokens = planned
     return {
         **best,
         "queries_per_call": clients,

@@ -51,11 +51,18 @@ GPU_BATCH_TOKENS = 1 << 16  # on a GPU, where wide batches pay
 # what about 43 tokens do; attention's quadratic term equals the linear one at about 1,360 tokens).
 CALL_TOKENS = 40.0
 ATTENTION_TOKENS = 1400.0
+# on a GPU a call's fixed cost (kernel launches) outweighs thousands of tokens: few, wide calls
+GPU_CALL_TOKENS = 4096.0
 
 
 def batch_tokens(on_cpu: bool) -> int:
     """Padded tokens a forward call may hold on that device (a backend's ``batch_tokens``)."""
     return CPU_BATCH_TOKENS if on_cpu else GPU_BATCH_TOKENS
+
+
+def call_tokens(on_cpu: bool) -> float:
+    """A forward call's fixed cost in tokens on that device (a backend's ``call_tokens``)."""
+    return CALL_TOKENS if on_cpu else GPU_CALL_TOKENS
 
 
 def plan_batches(
@@ -160,7 +167,8 @@ def score_windows(
         bar = tqdm(total=len(windows), desc="scoring", unit="window")
     if max_tokens is None:
         max_tokens = getattr(forward, "batch_tokens", CPU_BATCH_TOKENS)
-    for idx in plan_batches(windows.lengths, batch_size, max_tokens):
+    call = getattr(forward, "call_tokens", None)
+    for idx in plan_batches(windows.lengths, batch_size, max_tokens, call):
         batch = {n: pad_rows([windows.features[n][w] for w in idx], pad_value(n, pad_id)) for n in names}
         t = time.perf_counter()
         token_logits, relevance_logits = forward(batch)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from pruner_model.core.alignment import Windows, encode_pairs, span_labels
 from pruner_model.core.precision import autocast_dtype
-from pruner_model.core.scoring import batch_tokens, score_windows
+from pruner_model.core.scoring import batch_tokens, call_tokens, score_windows
 from pruner_model.evaluation.groups import LabeledGroup
 from pruner_model.evaluation.metrics import ScoredGroup, roc_auc
 
@@ -149,6 +149,7 @@ def _forward(scorer, tokenizer, precision: str, batch_size: int | None):
 
     on_cpu = next(scorer.parameters()).device.type == "cpu"
     forward.batch_tokens = batch_tokens(on_cpu)  # type: ignore[attr-defined]
+    forward.call_tokens = call_tokens(on_cpu)  # type: ignore[attr-defined]
     return (
         forward,
         tokenizer,

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 from pruner_model.core.precision import autocast_dtype, resolve_precision
-from pruner_model.core.scoring import batch_tokens
+from pruner_model.core.scoring import batch_tokens, call_tokens
 
 
 @contextmanager
@@ -64,6 +64,7 @@ class TorchBackend:
         self.dtype = autocast_dtype(self.precision)
         self.input_names = ["input_ids", "attention_mask", "token_type_ids"]
         self.batch_tokens = batch_tokens(self.device.type == "cpu")
+        self.call_tokens = call_tokens(self.device.type == "cpu")
 
     def set_precision(self, precision: str) -> None:
         """Run in ``precision`` from the next batch on (``"fp32"``, or ``"bf16"`` where native)."""

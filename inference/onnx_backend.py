@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from pruner_model.core.scoring import batch_tokens
+from pruner_model.core.scoring import batch_tokens, call_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ class OnnxBackend:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.model_path = Path(model_path)
         self.precision = "int8" if self.model_path.name.endswith(".int8.onnx") else "fp32"
-        self.batch_tokens = batch_tokens(self.providers[0] == "CPUExecutionProvider")  # padded tokens a call
+        on_cpu = self.providers[0] == "CPUExecutionProvider"
+        self.batch_tokens = batch_tokens(on_cpu)  # padded tokens a call
+        self.call_tokens = call_tokens(on_cpu)  # a call's fixed cost, for the batch plan
 
     @classmethod
     def from_pretrained(
