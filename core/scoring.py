@@ -47,11 +47,12 @@ def pad_rows(rows: Sequence[Sequence[int]], fill: int, width: int | None = None)
 CPU_BATCH_TOKENS = 1024  # padded tokens in one forward call on a CPU
 GPU_BATCH_TOKENS = 1 << 16  # on a GPU, where wide batches pay
 # The planner's cost of a call of n windows padded to L tokens, in tokens: CALL_TOKENS + n * L *
-# (1 + L / ATTENTION_TOKENS). Fitted to onnxruntime int8 on a 2-core AVX-512 EPYC (a call costs
-# what about 43 tokens do; attention's quadratic term equals the linear one at about 1,360 tokens).
+# (1 + L / ATTENTION_TOKENS), fitted by benchmarks/bench_call_cost.py (on a 2-core AVX-512 EPYC a call
+# cost what 43-61 tokens do, attention's quadratic term equalled the linear one at 990-1,360 tokens).
 CALL_TOKENS = 40.0
 ATTENTION_TOKENS = 1400.0
 # on a GPU a call's fixed cost (kernel launches) outweighs thousands of tokens: few, wide calls
+# (an estimate; no GPU run has fitted it)
 GPU_CALL_TOKENS = 4096.0
 
 
