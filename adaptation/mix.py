@@ -63,7 +63,9 @@ def mix_step(ctx) -> dict:
     def measure(share: float) -> Measured:
         model.load_state_dict(interpolated(start, tuned, share))
         say("mix", f"share {share:g} of the fine-tuned weights: your calibration split, then general text")
-        mine = points(pruner, yours, {}, settings.target)
+        # share 0 is the checkpoint as it was: the report reuses its scores of your sample
+        memo = ctx.checkpoint_scores if share == 0.0 else None
+        mine = points(pruner, yours, {}, settings.target, memo=memo)
         return Measured(share, mine["swept"], points(pruner, general_recs, {}, mine["target"])["swept"])
 
     rows = search_shares(measure, settings.forget_allowance)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pruner_model.adaptation.progress import say
+from pruner_model.evaluation.sources import ScoreMemo
 from pruner_model.training.adapt import ENCODER, USER, AdaptSettings, AdaptState, sample_of
 
 CORPUS_STEPS = ("chunks", "questions", "groups", "labels")
@@ -51,6 +52,9 @@ class Context:
     runtime: Runtime
     state: AdaptState
     rate: float | None = None  # windows of 256 tokens a second this machine scores (a probe)
+    # the checkpoint's own scores of the calibration sample: the mix step's share 0 computes
+    # them, the report reuses them (one pass fewer over the sample)
+    checkpoint_scores: ScoreMemo = field(default_factory=ScoreMemo)
 
     @property
     def data(self) -> Path:

@@ -26,9 +26,9 @@ def report_step(ctx) -> dict:
     rows, swept = {}, {"checkpoint": None}
     base = None if settings.model is None else ctx.runtime.load(Path(settings.model))
     if base is not None:
-        recal = measure_sample(base, cal, settings.target, settings.confidence, None, settings.seed)[
-            "threshold"
-        ]
+        recal = measure_sample(
+            base, cal, settings.target, settings.confidence, None, settings.seed, memo=ctx.checkpoint_scores
+        )["threshold"]
         base_on_report = points(base, report, {"recalibrated": recal}, settings.target)
         rows["checkpoint's default"] = base_on_report["default"]
         rows["checkpoint recalibrated on your calibration split"] = base_on_report["recalibrated"]
@@ -101,10 +101,11 @@ def general_records(path: str, groups: int, skip: int = 0) -> list[dict]:
     return out
 
 
-def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
+def points(pruner, records: list[dict], thresholds: dict, target, memo=None) -> dict:
     """``records`` scored once and measured at the checkpoint's default (``default``), at each
     named threshold (a number on the checkpoint's rule, or an operating point's ``{threshold,
-    relative_floor}``), and swept (``swept``: the compression the scores allow at ``target``)."""
+    relative_floor}``), and swept (``swept``: the compression the scores allow at ``target``);
+    ``memo``: a :class:`~pruner_model.evaluation.sources.ScoreMemo` of these weights."""
     from pruner_model.evaluation.groups import load_groups
     from pruner_model.evaluation.metrics import best_compression_at, sweep
     from pruner_model.evaluation.sources import at_operating_point, at_threshold, score_at_default
@@ -112,7 +113,7 @@ def points(pruner, records: list[dict], thresholds: dict, target) -> dict:
     cfg = pruner.config
     target = float(target if target is not None else (cfg.target_evidence or 0.95))
     groups = load_groups(records, cfg.segmenter_language, cfg.segmenter_structure)
-    raw, ruled, default = score_at_default(pruner, groups, progress=True)
+    raw, ruled, default = score_at_default(pruner, groups, progress=True, memo=memo)
     out = {"groups": len(groups), "target": target}
     out["default"] = at_threshold(ruled, default, target)
     for name, t in thresholds.items():

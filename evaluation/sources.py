@@ -117,16 +117,51 @@ def _masks(scored: list[ScoredGroup], threshold) -> list[np.ndarray]:
     return threshold.masks(scored)
 
 
-def score_at_default(pruner, groups: list[LabeledGroup], progress: bool = False) -> tuple[list, list, object]:
+class ScoreMemo:
+    """The heads' scores of one set of weights by query group, for a caller that scores the same
+    groups with the same weights twice (an adaptation's checkpoint: once in the mix step, as the
+    blend's share 0, and again in its report). Scores are reused only for the same windowing (the
+    config's ``max_length``, ``stride`` and ``max_query_length``) and the same backend precision;
+    whether the weights are the same is the caller's to know."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._scores: dict[str, object] = {}
+
+    @staticmethod
+    def _key_of(pruner) -> tuple:
+        cfg = pruner.config
+        return (cfg.max_length, cfg.stride, cfg.max_query_length, getattr(pruner, "precision", None))
+
+    def get(self, pruner, groups: list[LabeledGroup]) -> list | None:
+        """The scores of every group of ``groups`` in order, or None when one is missing."""
+        if self._key != self._key_of(pruner) or any(g.id not in self._scores for g in groups):
+            return None
+        return [self._scores[g.id] for g in groups]
+
+    def put(self, pruner, groups: list[LabeledGroup], raw: list) -> None:
+        if self._key != self._key_of(pruner):
+            self._key, self._scores = self._key_of(pruner), {}
+        self._scores.update((g.id, r) for g, r in zip(groups, raw))
+
+
+def score_at_default(
+    pruner, groups: list[LabeledGroup], progress: bool = False, memo: ScoreMemo | None = None
+) -> tuple[list, list, object]:
     """``(raw, scored, default)``: ``groups`` scored by ``pruner`` (the heads' scores), the same
     under the checkpoint's score rule (what its thresholds are compared with), and its default
-    there: the per-request default (a ``RequestDefault``) or its one threshold."""
+    there: the per-request default (a ``RequestDefault``) or its one threshold. ``memo``: the
+    heads' scores of these very weights, reused where it holds every group, else filled in."""
     from pruner_model.evaluation.evaluator import with_score_rules
     from pruner_model.evaluation.scorer import score_groups
     from pruner_model.evaluation.threshold_fit import request_default
 
     cfg = pruner.config
-    raw = score_groups(pruner, groups, progress=progress).groups
+    raw = None if memo is None else memo.get(pruner, groups)
+    if raw is None:
+        raw = score_groups(pruner, groups, progress=progress).groups
+        if memo is not None:
+            memo.put(pruner, groups, raw)
     rule = (
         getattr(cfg, "relevance_exponent", 0.0),
         getattr(cfg, "relative_floor", None),
@@ -270,8 +305,11 @@ def sources_markdown(by_source: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure_sample(pruner, records: list[dict], target, confidence, max_groups, seed: int) -> dict:
-    """The sample's groups at the checkpoint's default and at the threshold calibrated on them."""
+def measure_sample(
+    pruner, records: list[dict], target, confidence, max_groups, seed: int, memo: ScoreMemo | None = None
+) -> dict:
+    """The sample's groups at the checkpoint's default and at the threshold calibrated on them
+    (``memo``: see :func:`score_at_default`)."""
     from pruner_model.evaluation.calibration import calibrate_threshold
     from pruner_model.evaluation.groups import load_range
 
@@ -280,7 +318,7 @@ def measure_sample(pruner, records: list[dict], target, confidence, max_groups, 
     groups = load_range(records, seed, 0, max_groups, cfg.segmenter_language, cfg.segmenter_structure)
     if not groups:
         raise ValueError("no query groups in the data")
-    _, ruled, default = score_at_default(pruner, groups, progress=True)
+    _, ruled, default = score_at_default(pruner, groups, progress=True, memo=memo)
     if not any(g.has_evidence for g in ruled):
         raise ValueError("no group of the data has an answer sentence: nothing to calibrate on")
     threshold = float(calibrate_threshold(ruled, target, confidence))

@@ -121,3 +121,24 @@ def test_by_source_reports_the_sources_named_operating_point(tmp_path, tiny_chec
     for line in capsys.readouterr().out.splitlines():
         rows.setdefault(line.split(" | ")[0], line)
     assert "1.000 [" in rows["| nq"] and rows["| multirc"].rstrip(" |").endswith("– | –")
+
+
+def test_a_score_memo_reuses_the_scores_of_the_same_groups_and_windowing(tiny_checkpoint, monkeypatch):
+    from pruner_model.evaluation import scorer
+    from pruner_model.evaluation.sources import ScoreMemo, score_at_default
+    from pruner_model.inference import ContextPruner
+
+    pruner = ContextPruner.from_pretrained(tiny_checkpoint, backend="torch", dtype="fp32")
+    groups = load_groups(group_records("q1", "nq") + group_records("q2", "nq"))
+    calls = []
+    real = scorer.score_groups
+    monkeypatch.setattr(scorer, "score_groups", lambda *a, **k: calls.append(1) or real(*a, **k))
+    memo = ScoreMemo()
+    first, _, _ = score_at_default(pruner, groups, memo=memo)
+    again, _, _ = score_at_default(pruner, groups[::-1], memo=memo)  # any order, the same groups
+    assert len(calls) == 1
+    assert [a.scores.tolist() for a in again] == [f.scores.tolist() for f in first[::-1]]
+    score_at_default(pruner, load_groups(group_records("q3", "nq")), memo=memo)  # a group it lacks
+    pruner.config.stride = pruner.config.stride // 2  # other windows: other scores
+    score_at_default(pruner, groups, memo=memo)
+    assert len(calls) == 3

@@ -192,3 +192,37 @@ def test_a_missing_general_file_is_refused_before_training(tmp_path, tiny_checkp
     assert "--general-dev" in capsys.readouterr().err and not (out / "model").exists()
     assert cli_main([*argv, "--general-dev", str(path), "--general-groups", "0"]) == 2
     assert "--general-groups must be >= 1" in capsys.readouterr().err
+
+
+def test_the_report_reuses_the_checkpoints_scores_of_the_mix_step(tmp_path, tiny_checkpoint, monkeypatch):
+    from pruner_model.core.records import read_jsonl
+    from pruner_model.evaluation.sources import ScoreMemo, measure_sample
+    from pruner_model.inference import ContextPruner
+    from pruner_model.training.adapt import sample_of
+
+    reused = []
+    get = ScoreMemo.get
+    monkeypatch.setattr(
+        ScoreMemo, "get", lambda self, *a: reused.append(get(self, *a) is not None) or get(self, *a)
+    )
+    path, _ = labeled_documents(tmp_path)
+    general = tmp_path / "general.jsonl"
+    general.write_text("".join(json.dumps(r) + "\n" for r in make_records(n_groups=20, per_group=3)))
+    out = tmp_path / "adapted"
+    argv = [
+        "adapt", "--labeled", str(path), "--model", str(tiny_checkpoint), "--output", str(out),
+        "--replay", "--epochs", "1", "--dtype", "fp32", "--general-dev", str(general), "--general-groups", "8",
+        "--set", "train.max_steps=3", "--set", "train.batch_size=4", "--set", "train.mixed_precision=no",
+        "--set", "train.lr=5e-3", "--set", "model.relevance_distill_weight=0",
+    ]  # fmt: skip
+    assert cli_main(argv) == 0
+    assert reused == [False, True]  # filled by the mix step's share 0, read by the report
+    state = json.loads((out / "adapt.json").read_text())
+    recalibrated = state["report"]["rows"]["checkpoint recalibrated on your calibration split"]["threshold"]
+    settings = state["settings"]
+    sample = sample_of(
+        read_jsonl(out / "data" / "calibration.jsonl"), settings["sample_groups"], settings["seed"]
+    )
+    base = ContextPruner.from_pretrained(tiny_checkpoint, backend="torch", dtype="fp32")
+    fresh = measure_sample(base, sample, settings["target"], settings["confidence"], None, settings["seed"])
+    assert recalibrated == pytest.approx(fresh["threshold"], rel=1e-6)  # the same as scoring it again
