@@ -148,7 +148,10 @@ def _workload(ctx: Context, step: str) -> tuple[str, int]:
         sources = len(_sources_of(d["calibration_sources"])) * d.get("calibration_source_groups", 200)
         return "pairs to score", 5 * (dev + shifts + sources)  # groups of about 5 passages
     on_report = pairs_in(report, n) + general  # each model: the report sample and general text
-    return "pairs to score", on_report if s.model is None else pairs_in(cal, n) + 2 * on_report
+    if s.model is None:
+        return "pairs to score", on_report
+    # the checkpoint recalibrated on your sample: scored already where the mix step ran here
+    return "pairs to score", (0 if ctx.checkpoint_scores else pairs_in(cal, n)) + 2 * on_report
 
 
 def _result(state: AdaptState, step: str) -> dict | None:

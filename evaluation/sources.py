@@ -133,6 +133,9 @@ class ScoreMemo:
         cfg = pruner.config
         return (cfg.max_length, cfg.stride, cfg.max_query_length, getattr(pruner, "precision", None))
 
+    def __len__(self) -> int:
+        return len(self._scores)
+
     def get(self, pruner, groups: list[LabeledGroup]) -> list | None:
         """The scores of every group of ``groups`` in order, or None when one is missing."""
         if self._key != self._key_of(pruner) or any(g.id not in self._scores for g in groups):
