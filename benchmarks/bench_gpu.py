@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -135,7 +134,7 @@ def bench_agreement(model_dir: str, n_groups: int = 100) -> dict:
 
 def bench_serving(model_dir: str, seconds: float) -> dict:
     import httpx
-    from bench_inference import groups_of, load_pairs, start_server
+    from bench_inference import groups_of, load_pairs, run_clients, start_server
 
     groups = groups_of(load_pairs(400, "data/qa/dev.jsonl"))
     out = {}
@@ -161,13 +160,7 @@ def bench_serving(model_dir: str, seconds: float) -> dict:
                             j += 1
 
                 before = httpx.get(url + "/v1/stats").json()
-                threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-                t0 = time.perf_counter()
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
-                dt = time.perf_counter() - t0
+                dt = run_clients(client, clients)
                 after = httpx.get(url + "/v1/stats").json()
                 batches = after["encoder_batches"] - before["encoder_batches"]
                 out[f"{'batching' if batching else 'no_batching'}_{clients}"] = {

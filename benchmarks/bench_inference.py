@@ -243,6 +243,17 @@ def wait_for_server(proc: subprocess.Popen, health_url: str, attempts: int = 600
     raise RuntimeError(f"server did not start: {err}")
 
 
+def run_clients(client, clients: int) -> float:
+    """Seconds for ``clients`` threads running ``client(k)`` at once, k = 0..clients-1."""
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - start
+
+
 def bench_server(
     model_dir: str,
     pairs,
@@ -282,13 +293,7 @@ def bench_server(
                         if r.status_code != 200:
                             errors.append(r.status_code)
 
-            threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-            t = time.perf_counter()
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            dt = time.perf_counter() - t
+            dt = run_clients(client, clients)
             n = clients * per_client
             if n / dt > best["requests_per_s"]:
                 best = {
