@@ -48,7 +48,8 @@ CPU_BATCH_TOKENS = 1024  # padded tokens in one forward call on a CPU
 GPU_BATCH_TOKENS = 1 << 16  # on a GPU, where wide batches pay
 # The planner's cost of a call of n windows padded to L tokens, in tokens: CALL_TOKENS + n * L *
 # (1 + L / ATTENTION_TOKENS), fitted by benchmarks/bench_call_cost.py (on a 2-core AVX-512 EPYC a call
-# cost what 43-61 tokens do, attention's quadratic term equalled the linear one at 990-1,360 tokens).
+# cost what 43-61 tokens do, attention's quadratic term equalled the linear one at 990-1,360 tokens;
+# 60 instead of 40 planned no faster there: docs/serving.md).
 CALL_TOKENS = 40.0
 ATTENTION_TOKENS = 1400.0
 # on a GPU a call's fixed cost (kernel launches) outweighs thousands of tokens: few, wide calls

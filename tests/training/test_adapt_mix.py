@@ -202,9 +202,13 @@ def test_the_report_reuses_the_checkpoints_scores_of_the_mix_step(tmp_path, tiny
 
     reused = []
     get = ScoreMemo.get
-    monkeypatch.setattr(
-        ScoreMemo, "get", lambda self, *a: reused.append(get(self, *a) is not None) or get(self, *a)
-    )
+
+    def recording_get(self, *args):
+        found = get(self, *args)
+        reused.append(found is not None)
+        return found
+
+    monkeypatch.setattr(ScoreMemo, "get", recording_get)
     path, _ = labeled_documents(tmp_path)
     general = tmp_path / "general.jsonl"
     general.write_text("".join(json.dumps(r) + "\n" for r in make_records(n_groups=20, per_group=3)))
