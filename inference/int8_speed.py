@@ -5,9 +5,13 @@ bf16's per instruction, but whether a checkpoint's int8 graph outruns its torch 
 the graph: the shipped model's all-int8 graph ran 2.1-2.3x torch fp32 end to end on 2 AVX-512
 BF16 EPYC cores against bf16's 1.5-1.6x, while a graph whose feed-forward projections stay fp32
 (the multilingual recipe's) ran slower than bf16 there. So the first no-flag load that finds the
-int8 export times both on one fixed 5-window batch, alternating, best of a few rounds (about a
-second), and records the result in the export (``speed.json``, with the CPU class it was measured
-on); later loads read it, and a record from another CPU class is measured again.
+int8 export loads the checkpoint in torch, lets it choose its precision as any no-flag load does
+(bf16 where its keep/drop decisions agree with fp32's, else fp32:
+:func:`~pruner_model.inference.agreement.choose_precision`), then times the int8 graph against
+that torch backend on one fixed 5-window batch, alternating, best of a few rounds (about a
+second), and keeps the faster; the result goes into the export (``speed.json``, with the CPU class
+it was measured on and the torch precision it was measured against). Later loads read it and
+load only the one that won; a record from another CPU class is measured again.
 """
 
 from __future__ import annotations
@@ -24,47 +28,55 @@ SPEED_FILE = "speed.json"
 WINDOWS, TOKENS, ROUNDS = 5, 160, 3  # one 5-passage query of 160-token windows
 
 
-def int8_outruns_bf16(path: Path, cache: Path) -> bool:
-    """Whether the validated int8 graph in the export ``cache`` of the checkpoint ``path`` scores
-    faster than the checkpoint in torch bf16 on this CPU: read from ``cache/speed.json`` when it
-    was measured on this CPU class, else measured now and recorded. False (bf16) when it cannot be
-    measured, with one line saying why."""
+def recorded_verdict(cache: Path) -> bool | None:
+    """Whether the int8 graph of the export ``cache`` outran its checkpoint's no-flag torch
+    precision, as recorded on this CPU class; None when nothing usable is recorded (no record,
+    another CPU class, or a record that does not name the torch precision it was timed against)."""
     from pruner_model.core.precision import cpu_class
 
-    record, klass = cache / SPEED_FILE, cpu_class()
     try:
-        saved = json.loads(record.read_text(encoding="utf-8"))
-        if saved.get("cpu_class") == klass:
-            return float(saved["int8_ms"]) < float(saved["bf16_ms"])
+        saved = json.loads((cache / SPEED_FILE).read_text(encoding="utf-8"))
+        if saved.get("cpu_class") == cpu_class() and saved.get("torch_precision") in ("bf16", "fp32"):
+            return float(saved["int8_ms"]) < float(saved["torch_ms"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
+    return None
+
+
+def int8_outruns_torch(int8, torch_backend, tokenizer, cache: Path) -> bool:
+    """Time the int8 ONNX backend ``int8`` against ``torch_backend`` (in the precision it chose)
+    on one fixed batch, record the result in ``cache/speed.json`` and say so in one line. False
+    (torch) when the timing fails, with one line saying why."""
+    from pruner_model.core.precision import cpu_class
+
+    precision = torch_backend.precision
     try:
-        int8_ms, bf16_ms = time_int8_and_bf16(path, cache)
-    except Exception as exc:  # noqa: BLE001 - any failure of the probe leaves the bf16 default
-        logger.warning(f"could not time {path}'s int8 graph against bf16 ({error_line(exc)}): it runs bf16")
+        int8_ms, torch_ms = time_backends(int8, torch_backend, tokenizer)
+    except Exception as exc:  # noqa: BLE001 - any failure of the probe leaves the torch default
+        logger.warning(
+            f"could not time the int8 graph of {cache} against torch ({error_line(exc)}): it runs torch"
+        )
         return False
-    faster = int8_ms < bf16_ms
+    faster, klass = int8_ms < torch_ms, cpu_class()
+    record = cache / SPEED_FILE
     try:
-        write_json(record, {"cpu_class": klass, "int8_ms": int8_ms, "bf16_ms": bf16_ms})
+        write_json(
+            record,
+            {"cpu_class": klass, "int8_ms": int8_ms, "torch_ms": torch_ms, "torch_precision": precision},
+        )
     except OSError as exc:
         logger.debug("speed record not written (%s): the next load measures again", error_line(exc))
     logger.warning(
-        f"on this {klass} CPU the int8 graph of {path} scores a 5-passage query in {int8_ms:.0f} ms, "
-        f"torch bf16 in {bf16_ms:.0f} ms: no-flag loads run {'int8' if faster else 'bf16'} "
+        f"on this {klass} CPU the int8 graph scores a 5-passage query in {int8_ms:.0f} ms, torch "
+        f"{precision} in {torch_ms:.0f} ms: no-flag loads run {'int8' if faster else precision} "
         f"(recorded in {record})"
     )
     return faster
 
 
-def time_int8_and_bf16(path: Path, cache: Path) -> tuple[float, float]:
-    """Milliseconds for one fixed batch of ``WINDOWS`` windows of ``TOKENS`` tokens through the int8
-    graph of ``cache`` and through the checkpoint ``path`` in torch bf16: the two alternate, best
-    of ``ROUNDS`` each after a warm-up call, each at its default thread count."""
-    from pruner_model.inference.backends import TorchBackend
-    from pruner_model.inference.onnx_backend import OnnxBackend
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+def time_backends(first, second, tokenizer) -> tuple[float, float]:
+    """Milliseconds for one fixed batch of ``WINDOWS`` windows of ``TOKENS`` tokens through two
+    encoder backends: they alternate, best of ``ROUNDS`` each after a warm-up call."""
     text = " ".join(
         f"Sentence {i} of a passage says where the tower stands and when it was built." for i in range(40)
     )
@@ -77,10 +89,7 @@ def time_int8_and_bf16(path: Path, cache: Path) -> tuple[float, float]:
         return_tensors="np",
     )
     batch = {name: enc[name] for name in tokenizer.model_input_names if name in enc}
-    backends = (
-        OnnxBackend.from_pretrained(cache, device="cpu", quantized=True),
-        TorchBackend.from_pretrained(path, device="cpu", dtype="bf16"),
-    )
+    backends = (first, second)
     best = [float("inf"), float("inf")]
     for backend in backends:
         backend(batch)  # warm-up: first-call allocations and kernel choices

@@ -59,6 +59,19 @@ def load_tokenizer(path: Path):
         raise ValueError(f"{path}: the tokenizer files cannot be read ({error_line(exc)})") from None
 
 
+def load_parts(path: str | Path):
+    """The checkpoint or export folder ``path`` (or hub repo id) resolved, its config and its
+    tokenizer, checked to fit each other; FileNotFoundError when there is no pruner there."""
+    from pruner_model.core.configuration import check_fits
+
+    path = resolve_model_path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no pruner checkpoint at {path} (config.json missing)")
+    config, tokenizer = load_config(path), load_tokenizer(path)
+    check_fits(config, tokenizer, str(path))
+    return path, config, tokenizer
+
+
 def export_cache_dir(path: Path) -> Path:
     """Where ``pruner export --cache`` writes the ONNX export of the checkpoint folder ``path``, and
     where a no-flag load of that checkpoint on a CPU that prefers int8 looks for its int8 graph:
@@ -74,46 +87,106 @@ def export_cache_dir(path: Path) -> Path:
     return root / "onnx" / digest.hexdigest()[:20]
 
 
-def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
-    """The cached export (:func:`export_cache_dir`) whose int8 graph a load of the checkpoint
-    ``path`` runs instead of torch: with ``quantized=True``, wherever it is cached; with nothing
-    asked for (no ``dtype``, no ``quantized``), when the export validated and kept it and the CPU
-    prefers int8 (:func:`~pruner_model.core.precision.cpu_prefers_int8`: no native bf16, or int8
-    dot products (VNNI) without AMX, where the graph must also outrun the checkpoint's bf16,
-    measured once: :mod:`~pruner_model.inference.int8_speed`; elsewhere bf16 is the default), built first
-    when none is cached (:mod:`~pruner_model.inference.int8_build`). None otherwise (or without
-    onnxruntime); where it could run but no int8 graph is cached, logs (debug) how to cache one."""
-    from pruner_model.core.precision import cpu_has_bf16, cpu_prefers_int8, int8_reason
+def int8_candidate(path: Path, device, backend_kwargs: dict) -> Path | None:
+    """The cached export (:func:`export_cache_dir`) of the checkpoint ``path`` whose validated int8
+    graph a load with nothing asked for (no ``dtype``, no ``quantized``) may run instead of torch:
+    on a CPU that prefers int8 (:func:`~pruner_model.core.precision.cpu_prefers_int8`: no native
+    bf16, or int8 dot products (VNNI) without AMX), built first when none is cached
+    (:mod:`~pruner_model.inference.int8_build`). None otherwise (or without onnxruntime); where it
+    could run but no int8 graph is cached, logs (debug) how to cache one."""
+    from pruner_model.core.precision import cpu_prefers_int8, int8_reason
     from pruner_model.inference.int8_build import auto_build_enabled, build_int8_export
-    from pruner_model.inference.int8_speed import int8_outruns_bf16
 
-    asked = backend_kwargs.get("quantized")
-    if backend_kwargs.get("dtype") not in (None, "auto") or asked is False:
+    if backend_kwargs.get("dtype") not in (None, "auto") or backend_kwargs.get("quantized") is not None:
         return None
-    if not asked and (str(device or "auto") not in ("cpu", "auto") or not cpu_prefers_int8()):
+    if str(device or "auto") not in ("cpu", "auto") or not cpu_prefers_int8():
         return None
     try:
         from pruner_model.inference.onnx_backend import default_providers, validated_int8
     except ImportError:
         return None
-    if not (path / "model.safetensors").is_file():
+    if not (path / "model.safetensors").is_file() or default_providers(device)[0] != "CPUExecutionProvider":
         return None
     cache = export_cache_dir(path)
-    if asked:
-        return cache if (cache / "model.int8.onnx").is_file() else None
-    if default_providers(device)[0] != "CPUExecutionProvider":
-        return None
     if not (cache / "export_report.json").is_file() and auto_build_enabled():
         build_int8_export(path, cache)  # once per checkpoint and machine (inference.int8_build)
     if (cache / "model.onnx").is_file() and validated_int8(cache) is not None:
-        if cpu_has_bf16() and not int8_outruns_bf16(path, cache):
-            return None  # measured once on this CPU class (inference.int8_speed): bf16 stands
         return cache
     logger.debug(
         f"{int8_reason()}: the checkpoint runs torch; an int8 export runs faster and is "
         f"used by itself once cached: pruner export --model {path} --cache --quantize int8"
     )
     return None
+
+
+def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
+    """The cached export whose int8 graph a load of the checkpoint ``path`` runs instead of torch:
+    with ``quantized=True``, wherever it is cached; with nothing asked for, the
+    :func:`int8_candidate`, except where bf16 is native too: there only once its int8 graph was
+    measured faster than the checkpoint's own no-flag torch precision on this CPU class (before
+    that, the checkpoint loads in torch and :func:`settle_precision` measures;
+    :mod:`~pruner_model.inference.int8_speed`)."""
+    from pruner_model.core.precision import cpu_has_bf16
+    from pruner_model.inference.int8_speed import recorded_verdict
+
+    if backend_kwargs.get("quantized"):
+        if backend_kwargs.get("dtype") not in (None, "auto") or not (path / "model.safetensors").is_file():
+            return None
+        cache = export_cache_dir(path)
+        return cache if (cache / "model.int8.onnx").is_file() else None
+    cache = int8_candidate(path, device, backend_kwargs)
+    if cache is not None and cpu_has_bf16() and not recorded_verdict(cache):
+        return None  # bf16 is native: int8 only where measured faster (settle_precision)
+    return cache
+
+
+def settle_precision(pruner, path: Path, backend: str, device, backend_kwargs: dict) -> float | None:
+    """After a load with no precision asked for: the torch backend keeps bf16 where it is native
+    and agrees with fp32 (:func:`~pruner_model.inference.agreement.choose_precision`); then, where
+    bf16 is native and the checkpoint's int8 graph has not been timed on this CPU class, the int8
+    graph is timed against the torch backend in that precision, once, and replaces it when faster
+    (:mod:`~pruner_model.inference.int8_speed`). Returns bf16's agreement with fp32 (None when no
+    bf16 was tried or int8 runs)."""
+    from pruner_model.core.precision import cpu_has_bf16
+    from pruner_model.inference.agreement import choose_precision
+    from pruner_model.inference.backends import TorchBackend
+    from pruner_model.inference.int8_speed import int8_outruns_torch, recorded_verdict
+
+    agreement = choose_precision(pruner)[1]
+    if backend != "auto" or not isinstance(pruner.backend, TorchBackend) or not cpu_has_bf16():
+        return agreement
+    cache = int8_candidate(path, device, backend_kwargs)
+    if cache is None or recorded_verdict(cache) is not None:
+        return agreement
+    from pruner_model.inference.onnx_backend import OnnxBackend
+
+    int8 = OnnxBackend.from_pretrained(cache, device="cpu", quantized=True)
+    if not int8_outruns_torch(int8, pruner.backend, pruner.tokenizer, cache):
+        return agreement
+    pruner.backend = use_int8(int8, pruner.config, cache)
+    return None
+
+
+def use_int8(impl, config, cache: Path | None, said: bool = True):
+    """The int8 backend ``impl`` with where it came from (``cached``, and ``chosen`` when it was
+    not asked for: ``said``), and ``config`` set to the int8 graph's own calibrated threshold where
+    the export has one (that of the cached export ``cache`` for a checkpoint)."""
+    from pruner_model.inference.onnx_backend import validated_int8
+
+    if cache is not None:
+        config.int8_threshold = load_config(cache).int8_threshold
+    if said:
+        impl.chosen = (
+            f"int8 keep/drop agreement with fp32 {validated_int8(impl.model_path.parent):.3f} at export"
+        )
+        if cache is not None:
+            impl.chosen = f"the checkpoint's int8 export cached in {cache}, {impl.chosen}"
+    impl.cached = cache  # the checkpoint's cached export it runs, if that is where it came from
+    if config.int8_threshold is not None:
+        config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
+        config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands
+        config.operating_points = None  # calibrated on the full-precision scores
+    return impl
 
 
 def load_backend(path: Path, config, backend: str, device, show_progress_bar: bool, **backend_kwargs):
@@ -128,7 +201,6 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
         backend = "onnx" if is_onnx_folder(path) else "torch"
         if backend == "torch" and (cached := cached_int8(path, device, backend_kwargs)) is not None:
             backend, path = "onnx", cached  # the same weights and config, exported and validated
-            config.int8_threshold = load_config(cached).int8_threshold
     if backend == "torch":
         if not (path / "model.safetensors").is_file():
             raise FileNotFoundError(f"no model.safetensors in {path}")
@@ -145,21 +217,12 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
 
         if backend_kwargs.pop("dtype", None) not in (None, "auto", "fp32"):
             raise ValueError("dtype applies to the torch backend; an ONNX folder has its own precision")
-        chosen = None
-        if backend_kwargs.get("quantized") is None:  # not asked: int8 on a CPU where the export kept it
-            agreement = validated_int8(path)
+        asked = backend_kwargs.get("quantized")
+        if asked is None:  # not asked: int8 on a CPU where the export kept it
             on_cpu = default_providers(device)[0] == "CPUExecutionProvider"
-            backend_kwargs["quantized"] = agreement is not None and on_cpu
-            if backend_kwargs["quantized"]:
-                chosen = f"int8 keep/drop agreement with fp32 {agreement:.3f} at export"
-                if cached is not None:
-                    chosen = f"the checkpoint's int8 export cached in {cached}, {chosen}"
+            backend_kwargs["quantized"] = validated_int8(path) is not None and on_cpu
         impl = OnnxBackend.from_pretrained(path, device=device, **backend_kwargs)
-        impl.chosen = chosen
-        impl.cached = cached  # the checkpoint's cached export it runs, if that is where it came from
-        if backend_kwargs.get("quantized") and config.int8_threshold is not None:
-            config.threshold = config.int8_threshold  # the int8 graph's own calibrated threshold
-            config.threshold_model = None  # which was fitted on fp32 scores: the int8 one stands
-            config.operating_points = None  # calibrated on the full-precision scores
+        if backend_kwargs["quantized"]:
+            use_int8(impl, config, cached, said=asked is None)
         return impl
     raise ValueError(f"backend must be 'auto', 'torch' or 'onnx', got {backend!r}")

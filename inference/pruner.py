@@ -10,16 +10,15 @@ from typing import Literal
 
 import numpy as np
 from pruner_model.core.alignment import char_token_floor, count_tokens, unit_bounds
-from pruner_model.core.configuration import PrunerConfig, check_fits
+from pruner_model.core.configuration import PrunerConfig
 from pruner_model.core.default_model import resolve_default
 from pruner_model.core.request_features import request_features
 from pruner_model.core.scoring import PairScores, score_pairs
 from pruner_model.core.threshold_model import ThresholdModel
-from pruner_model.inference.agreement import choose_precision
 from pruner_model.inference.assembly import flat_units, passage_result, prune_stats, weighted_pairs
 from pruner_model.inference.backends import Backend, TorchBackend
 from pruner_model.inference.budget import token_counter
-from pruner_model.inference.loading import load_backend, load_config, load_tokenizer, resolve_model_path
+from pruner_model.inference.loading import load_backend, load_parts, settle_precision
 from pruner_model.inference.requests import (
     PassageInput,
     PreparedPassage,
@@ -106,18 +105,13 @@ class ContextPruner:
         Raises:
             FileNotFoundError: no checkpoint there.
         """
-        path = resolve_model_path(resolve_default(path))
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no pruner checkpoint at {path} (config.json missing)")
-        config = load_config(path)
-        tokenizer = load_tokenizer(path)
-        check_fits(config, tokenizer, str(path))
+        path, config, tokenizer = load_parts(resolve_default(path))
         checked = "dtype" not in backend_kwargs  # no precision asked for: the fastest that agrees
         impl = load_backend(path, config, backend, device, show_progress_bar, **backend_kwargs)
         pruner = cls(impl, tokenizer, config, batch_size=batch_size, summarizer=summarizer)
         pruner.source = str(path)
         if checked:
-            pruner.precision_agreement = choose_precision(pruner)[1]
+            pruner.precision_agreement = settle_precision(pruner, path, backend, device, backend_kwargs)
         return pruner
 
     @classmethod

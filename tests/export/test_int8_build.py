@@ -123,35 +123,72 @@ def test_a_build_that_runs_too_long_is_stopped_and_said_so(tmp_path, monkeypatch
 def test_where_bf16_is_native_and_int8_has_vnni_the_load_measures_which_is_faster_once(
     tiny_checkpoint, no_bf16, monkeypatch, caplog
 ):
-    """An AVX-512 BF16 CPU with VNNI: the first no-flag load builds the export, times its int8 graph
-    against torch bf16 on one batch and records it; loads follow the record of this CPU class (a
-    record from another class is measured again); an AMX CPU keeps bf16 and builds nothing."""
+    """An AVX-512 BF16 CPU with VNNI: the first no-flag load builds the export, loads the checkpoint
+    once in torch, lets it choose bf16 or fp32 by agreement, times the int8 graph against that
+    precision on one batch and records it; loads follow the record of this CPU class (a record from
+    another class, or one without the torch precision, is measured again); an AMX CPU keeps bf16
+    and builds nothing."""
     import json
 
     import pruner_model.core.precision as precision
-    from pruner_model.inference import int8_speed
+    from pruner_model.inference import agreement, int8_speed
+    from pruner_model.inference.backends import TorchBackend
 
     bf16_vnni = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"})
     monkeypatch.setattr(precision, "cpu_flags", lambda: bf16_vnni)
+    loads = []
+    torch_load = TorchBackend.from_pretrained.__func__
+    monkeypatch.setattr(
+        TorchBackend,
+        "from_pretrained",
+        classmethod(lambda cls, *a, **k: loads.append(1) or torch_load(cls, *a, **k)),
+    )
     with caplog.at_level(logging.WARNING, logger="pruner_model.inference"):
         first = ContextPruner.from_pretrained(tiny_checkpoint)
+    assert len(loads) == 1  # the checkpoint is read once, for its precision and for the timing
     cache = export_cache_dir(tiny_checkpoint)
     record = json.loads((cache / int8_speed.SPEED_FILE).read_text())
-    assert record["cpu_class"] == "AVX-512 BF16" and record["int8_ms"] > 0 and record["bf16_ms"] > 0
-    faster = record["int8_ms"] < record["bf16_ms"]
+    assert record["cpu_class"] == "AVX-512 BF16" and record["int8_ms"] > 0 and record["torch_ms"] > 0
+    assert record["torch_precision"] == "bf16"  # the tiny model's bf16 agrees with fp32
+    faster = record["int8_ms"] < record["torch_ms"]
     assert (first.backend.name, first.precision) == (("onnx", "int8") if faster else ("torch", "bf16"))
     assert "on this AVX-512 BF16 CPU int8 (VNNI) outruns bf16: building" in caplog.text
     assert f"no-flag loads run {'int8' if faster else 'bf16'}" in caplog.text
-    monkeypatch.setattr(int8_speed, "time_int8_and_bf16", lambda *a: pytest.fail("measured again"))
-    for int8_ms, bf16_ms, expected in ((5.0, 9.0, "int8"), (9.0, 5.0, "bf16")):
+    monkeypatch.setattr(int8_speed, "time_backends", lambda *a: pytest.fail("measured again"))
+    for int8_ms, torch_ms, expected in ((5.0, 9.0, "int8"), (9.0, 5.0, "bf16")):
+        loads.clear()
         (cache / int8_speed.SPEED_FILE).write_text(
-            json.dumps({"cpu_class": "AVX-512 BF16", "int8_ms": int8_ms, "bf16_ms": bf16_ms})
+            json.dumps(
+                {
+                    "cpu_class": "AVX-512 BF16",
+                    "int8_ms": int8_ms,
+                    "torch_ms": torch_ms,
+                    "torch_precision": "bf16",
+                }
+            )
         )
         assert ContextPruner.from_pretrained(tiny_checkpoint).precision == expected
-    (cache / int8_speed.SPEED_FILE).write_text(json.dumps({"cpu_class": "AVX2", "int8_ms": 1, "bf16_ms": 9}))
-    monkeypatch.setattr(int8_speed, "time_int8_and_bf16", lambda *a: (7.0, 3.0))
-    assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "bf16"  # measured on this class
-    assert json.loads((cache / int8_speed.SPEED_FILE).read_text())["int8_ms"] == 7.0
+        assert len(loads) == (expected != "int8")  # an int8 win reads no torch weights
+    for stale in (
+        {"cpu_class": "AVX2", "int8_ms": 1, "torch_ms": 9, "torch_precision": "bf16"},
+        {"cpu_class": "AVX-512 BF16", "int8_ms": 1, "bf16_ms": 9},
+    ):
+        (cache / int8_speed.SPEED_FILE).write_text(json.dumps(stale))
+        monkeypatch.setattr(int8_speed, "time_backends", lambda *a: (7.0, 3.0))
+        assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "bf16"  # measured on this class
+        assert json.loads((cache / int8_speed.SPEED_FILE).read_text())["int8_ms"] == 7.0
+    # where bf16 disagrees with fp32 the torch side runs fp32, and int8 is timed against fp32
+    min_agreement = agreement.MIN_AGREEMENT
+    monkeypatch.setattr(agreement, "MIN_AGREEMENT", 1.01)
+    for int8_ms, torch_ms, expected in ((7.0, 3.0, "fp32"), (3.0, 7.0, "int8")):
+        (cache / int8_speed.SPEED_FILE).unlink()
+        monkeypatch.setattr(int8_speed, "time_backends", lambda *a, t=(int8_ms, torch_ms): t)
+        pruner = ContextPruner.from_pretrained(tiny_checkpoint)
+        assert pruner.precision == expected
+        assert json.loads((cache / int8_speed.SPEED_FILE).read_text())["torch_precision"] == "fp32"
+        assert (pruner.precision_agreement is None) == (expected == "int8")
+    assert "cached in" in pruner.backend.chosen  # the int8 that replaced torch says where it came from
+    monkeypatch.setattr(agreement, "MIN_AGREEMENT", min_agreement)
     monkeypatch.setattr(precision, "cpu_flags", lambda: bf16_vnni | {"amx_bf16", "amx_int8"})
     monkeypatch.setenv("PRUNER_CACHE", str(cache.parent.parent / "other"))
     monkeypatch.setattr(int8_build.subprocess, "run", lambda *a, **k: pytest.fail("built on AMX"))
