@@ -43,20 +43,23 @@ def recorded_verdict(cache: Path) -> bool | None:
     return None
 
 
-def int8_outruns_torch(int8, torch_backend, tokenizer, cache: Path) -> bool:
-    """Time the int8 ONNX backend ``int8`` against ``torch_backend`` (in the precision it chose)
-    on one fixed batch, record the result in ``cache/speed.json`` and say so in one line. False
-    (torch) when the timing fails, with one line saying why."""
+def int8_outruns_torch(torch_backend, tokenizer, cache: Path):
+    """The int8 graph of the export ``cache`` as an ONNX backend when it scores faster than
+    ``torch_backend`` (in the precision it chose) on one fixed batch, else None; the timing is
+    recorded in ``cache/speed.json`` and said in one line. None (torch) when the graph cannot be
+    loaded or timed, with one line saying why."""
     from pruner_model.core.precision import cpu_class
+    from pruner_model.inference.onnx_backend import OnnxBackend
 
     precision = torch_backend.precision
     try:
+        int8 = OnnxBackend.from_pretrained(cache, device="cpu", quantized=True)
         int8_ms, torch_ms = time_backends(int8, torch_backend, tokenizer)
     except Exception as exc:  # noqa: BLE001 - any failure of the probe leaves the torch default
         logger.warning(
             f"could not time the int8 graph of {cache} against torch ({error_line(exc)}): it runs torch"
         )
-        return False
+        return None
     faster, klass = int8_ms < torch_ms, cpu_class()
     record = cache / SPEED_FILE
     try:
@@ -71,7 +74,7 @@ def int8_outruns_torch(int8, torch_backend, tokenizer, cache: Path) -> bool:
         f"{precision} in {torch_ms:.0f} ms: no-flag loads run {'int8' if faster else precision} "
         f"(recorded in {record})"
     )
-    return faster
+    return int8 if faster else None
 
 
 def time_backends(first, second, tokenizer) -> tuple[float, float]:

@@ -158,10 +158,7 @@ def settle_precision(pruner, path: Path, backend: str, device, backend_kwargs: d
     cache = int8_candidate(path, device, backend_kwargs)
     if cache is None or recorded_verdict(cache) is not None:
         return agreement
-    from pruner_model.inference.onnx_backend import OnnxBackend
-
-    int8 = OnnxBackend.from_pretrained(cache, device="cpu", quantized=True)
-    if not int8_outruns_torch(int8, pruner.backend, pruner.tokenizer, cache):
+    if (int8 := int8_outruns_torch(pruner.backend, pruner.tokenizer, cache)) is None:
         return agreement
     pruner.backend = use_int8(int8, pruner.config, cache)
     return None

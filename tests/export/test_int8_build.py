@@ -189,6 +189,15 @@ def test_where_bf16_is_native_and_int8_has_vnni_the_load_measures_which_is_faste
         assert (pruner.precision_agreement is None) == (expected == "int8")
     assert "cached in" in pruner.backend.chosen  # the int8 that replaced torch says where it came from
     monkeypatch.setattr(agreement, "MIN_AGREEMENT", min_agreement)
+    # an int8 file that cannot be loaded leaves torch running, said in one line, nothing recorded
+    (cache / int8_speed.SPEED_FILE).unlink()
+    graph = (cache / "model.int8.onnx").read_bytes()
+    (cache / "model.int8.onnx").write_bytes(b"not a graph")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pruner_model.inference"):
+        assert ContextPruner.from_pretrained(tiny_checkpoint).precision == "bf16"
+    assert "could not time the int8 graph" in caplog.text and not (cache / int8_speed.SPEED_FILE).exists()
+    (cache / "model.int8.onnx").write_bytes(graph)
     monkeypatch.setattr(precision, "cpu_flags", lambda: bf16_vnni | {"amx_bf16", "amx_int8"})
     monkeypatch.setenv("PRUNER_CACHE", str(cache.parent.parent / "other"))
     monkeypatch.setattr(int8_build.subprocess, "run", lambda *a, **k: pytest.fail("built on AMX"))
