@@ -50,6 +50,7 @@ class TorchBackend:
     tens of times slower (:mod:`pruner_model.core.precision`)."""
 
     name = "torch"
+    int8_to_time: Path | None = None  # a cached int8 export to time against (inference.loading)
 
     def __init__(self, model, device: str | None = None, dtype: str | None = None):
         import torch

@@ -119,46 +119,41 @@ def int8_candidate(path: Path, device, backend_kwargs: dict) -> Path | None:
     return None
 
 
-def cached_int8(path: Path, device, backend_kwargs: dict) -> Path | None:
-    """The cached export whose int8 graph a load of the checkpoint ``path`` runs instead of torch:
-    with ``quantized=True``, wherever it is cached; with nothing asked for, the
-    :func:`int8_candidate`, except where bf16 is native too: there only once its int8 graph was
-    measured faster than the checkpoint's own no-flag torch precision on this CPU class (before
-    that, the checkpoint loads in torch and :func:`settle_precision` measures;
-    :mod:`~pruner_model.inference.int8_speed`)."""
+def cached_int8(path: Path, device, backend_kwargs: dict) -> tuple[Path | None, Path | None]:
+    """``(run, to_time)``: the cached export whose int8 graph a load of the checkpoint ``path``
+    runs instead of torch (with ``quantized=True``, wherever it is cached; with nothing asked for,
+    the :func:`int8_candidate`, except where bf16 is native too: there only once its int8 graph
+    was measured faster than the checkpoint's own no-flag torch precision on this CPU class), and,
+    where it has not been measured yet, the export :func:`settle_precision` times against the
+    checkpoint loaded in torch (:mod:`~pruner_model.inference.int8_speed`)."""
     from pruner_model.core.precision import cpu_has_bf16
     from pruner_model.inference.int8_speed import recorded_verdict
 
     if backend_kwargs.get("quantized"):
         if backend_kwargs.get("dtype") not in (None, "auto") or not (path / "model.safetensors").is_file():
-            return None
+            return None, None
         cache = export_cache_dir(path)
-        return cache if (cache / "model.int8.onnx").is_file() else None
+        return (cache if (cache / "model.int8.onnx").is_file() else None), None
     cache = int8_candidate(path, device, backend_kwargs)
-    if cache is not None and cpu_has_bf16() and not recorded_verdict(cache):
-        return None  # bf16 is native: int8 only where measured faster (settle_precision)
-    return cache
+    if cache is None or not cpu_has_bf16():
+        return cache, None
+    verdict = recorded_verdict(cache)  # bf16 is native: int8 only where measured faster
+    return (cache if verdict else None), (cache if verdict is None else None)
 
 
-def settle_precision(pruner, path: Path, backend: str, device, backend_kwargs: dict) -> float | None:
+def settle_precision(pruner) -> float | None:
     """After a load with no precision asked for: the torch backend keeps bf16 where it is native
     and agrees with fp32 (:func:`~pruner_model.inference.agreement.choose_precision`); then, where
-    bf16 is native and the checkpoint's int8 graph has not been timed on this CPU class, the int8
-    graph is timed against the torch backend in that precision, once, and replaces it when faster
-    (:mod:`~pruner_model.inference.int8_speed`). Returns bf16's agreement with fp32 (None when no
-    bf16 was tried or int8 runs)."""
-    from pruner_model.core.precision import cpu_has_bf16
+    the load left an int8 graph to time (``backend.int8_to_time``: bf16 native, not yet measured on
+    this CPU class), the graph is timed against the torch backend in that precision, once, and
+    replaces it when faster (:mod:`~pruner_model.inference.int8_speed`). Returns bf16's agreement
+    with fp32 (None when no bf16 was tried or int8 runs)."""
     from pruner_model.inference.agreement import choose_precision
-    from pruner_model.inference.backends import TorchBackend
-    from pruner_model.inference.int8_speed import int8_outruns_torch, recorded_verdict
+    from pruner_model.inference.int8_speed import int8_outruns_torch
 
     agreement = choose_precision(pruner)[1]
-    if backend != "auto" or not isinstance(pruner.backend, TorchBackend) or not cpu_has_bf16():
-        return agreement
-    cache = int8_candidate(path, device, backend_kwargs)
-    if cache is None or recorded_verdict(cache) is not None:
-        return agreement
-    if (int8 := int8_outruns_torch(pruner.backend, pruner.tokenizer, cache)) is None:
+    cache = getattr(pruner.backend, "int8_to_time", None)
+    if cache is None or (int8 := int8_outruns_torch(pruner.backend, pruner.tokenizer, cache)) is None:
         return agreement
     pruner.backend = use_int8(int8, pruner.config, cache)
     return None
@@ -193,10 +188,12 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
     and kept it, fp32 otherwise) or ``"auto"`` (ONNX when the folder has no safetensors)."""
     from pruner_model.inference.backends import TorchBackend
 
-    cached = None
+    cached = to_time = None
     if backend == "auto":
         backend = "onnx" if is_onnx_folder(path) else "torch"
-        if backend == "torch" and (cached := cached_int8(path, device, backend_kwargs)) is not None:
+        if backend == "torch":
+            cached, to_time = cached_int8(path, device, backend_kwargs)
+        if cached is not None:
             backend, path = "onnx", cached  # the same weights and config, exported and validated
     if backend == "torch":
         if not (path / "model.safetensors").is_file():
@@ -206,9 +203,11 @@ def load_backend(path: Path, config, backend: str, device, show_progress_bar: bo
                 f"{path} is a torch checkpoint; int8 needs an ONNX export "
                 f"(pruner export --model {path} --cache --quantize int8, or --output DIR and load DIR)"
             )
-        return TorchBackend.from_pretrained(
+        impl = TorchBackend.from_pretrained(
             path, device=device, show_progress_bar=show_progress_bar, **backend_kwargs
         )
+        impl.int8_to_time = to_time  # timed against it once it has chosen its precision
+        return impl
     elif backend == "onnx":
         from pruner_model.inference.onnx_backend import OnnxBackend, default_providers, validated_int8
 

@@ -111,7 +111,7 @@ class ContextPruner:
         pruner = cls(impl, tokenizer, config, batch_size=batch_size, summarizer=summarizer)
         pruner.source = str(path)
         if checked:
-            pruner.precision_agreement = settle_precision(pruner, path, backend, device, backend_kwargs)
+            pruner.precision_agreement = settle_precision(pruner)
         return pruner
 
     @classmethod
