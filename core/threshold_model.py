@@ -23,7 +23,9 @@ quantile sets) are thresholded at most at ``novelty_threshold``: the threshold t
 stricter share of answers on every calibration slice. The bands say what text like the
 calibration's needs; text like none of it (dialogue, legal boilerplate for a model trained on
 encyclopedic text) needs thresholds well below any band, and no calibration slice can say how far
-below, so such a request falls back to the calibration's safest threshold.
+below, so such a request falls back to the calibration's safest threshold. Its passages may face a
+gate of their own, ``novelty_min_relevance`` (None: ``min_relevance``), so that the low fallback
+threshold does not hand back most of a request whose passages the relevance head rates irrelevant.
 
 A second linear score of the same features may say how likely the request's passages hold an
 answer at all (a logistic classifier of calibration groups with evidence against those without);
@@ -48,6 +50,7 @@ LINEAR_FIELDS = ("weights", "bias")  # the linear score: these, or else all of S
 SOURCE_FIELDS = ("sources", "source_weights", "source_bias", "source_log_thresholds")
 ANSWER_FIELDS = ("answer_weights", "answer_bias", "answer_edge", "unlikely_thresholds")  # all or none
 NOVELTY_FIELDS = ("novelty_precision", "novelty_cutoff", "novelty_threshold")  # all or none
+NOVELTY_GATE = "novelty_min_relevance"  # optional, with NOVELTY_FIELDS only
 
 
 def _numbers(xs) -> bool:
@@ -83,6 +86,7 @@ class ThresholdModel:
     novelty_precision: tuple[tuple[float, ...], ...] | None = None
     novelty_cutoff: float | None = None
     novelty_threshold: float | None = None
+    novelty_min_relevance: float | None = None  # the unfamiliar requests' gate (None: min_relevance)
 
     def __post_init__(self) -> None:
         n = len(self.features)
@@ -117,10 +121,12 @@ class ThresholdModel:
             if not all(0.0 <= t <= 1.0 for t in self.unlikely_thresholds):
                 raise ValueError("threshold_model thresholds must be in [0, 1]")
         self._check_novelty(n)
-        if self.min_relevance is not None and not (
-            _numbers([self.min_relevance]) and 0 <= self.min_relevance <= 1
-        ):
-            raise ValueError("threshold_model min_relevance must be null or in [0, 1]")
+        for k in ("min_relevance", NOVELTY_GATE):
+            v = getattr(self, k)
+            if v is not None and not (_numbers([v]) and 0 <= v <= 1):
+                raise ValueError(f"threshold_model {k} must be null or in [0, 1]")
+        if self.novelty_min_relevance is not None and self.novelty_precision is None:
+            raise ValueError(f"threshold_model {NOVELTY_GATE} needs {', '.join(NOVELTY_FIELDS)}")
 
     def _check_novelty(self, n: int) -> None:
         novelty = [getattr(self, k) for k in NOVELTY_FIELDS]
@@ -225,6 +231,17 @@ class ThresholdModel:
             out[far] = np.minimum(out[far], self.novelty_threshold)
         return out, far
 
+    def gate(self, unfamiliar: bool) -> float | None:
+        """The passage relevance gate of a request (familiar or not)."""
+        if unfamiliar and self.novelty_min_relevance is not None:
+            return self.novelty_min_relevance
+        return self.min_relevance
+
+    def gates_of(self, features: np.ndarray) -> np.ndarray:
+        """``[n]``: each request's passage relevance gate, NaN where there is none."""
+        far = self.unfamiliar(features)
+        return np.asarray([np.nan if (g := self.gate(bool(u))) is None else g for u in far], dtype=np.float64)
+
     def thresholds_of(self, features: np.ndarray) -> np.ndarray:
         """Each request's threshold (``features``: ``[n, d]``)."""
         return self._decide(features)[0]
@@ -239,6 +256,8 @@ class ThresholdModel:
         if self.answer_weights is None:  # a file without the answer split reads as before
             for k in ANSWER_FIELDS:
                 del d[k]
+        if self.novelty_min_relevance is None:  # nor one without the unfamiliar requests' gate
+            del d[NOVELTY_GATE]
         if self.novelty_precision is None:  # nor one without the unfamiliar-request fallback
             for k in NOVELTY_FIELDS:
                 del d[k]
@@ -270,7 +289,12 @@ class ThresholdModel:
         if not isinstance(d, dict):
             raise ValueError("threshold_model must be a JSON object")
         known = (
-            set(FIELDS) | set(LINEAR_FIELDS) | set(SOURCE_FIELDS) | set(ANSWER_FIELDS) | set(NOVELTY_FIELDS)
+            set(FIELDS)
+            | set(LINEAR_FIELDS)
+            | set(SOURCE_FIELDS)
+            | set(ANSWER_FIELDS)
+            | set(NOVELTY_FIELDS)
+            | {NOVELTY_GATE}
         )
         missing, extra = set(FIELDS) - set(d), set(d) - known
         if missing or extra:

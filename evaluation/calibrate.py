@@ -22,7 +22,7 @@ from pruner_model.core.threshold_model import ThresholdModel
 from pruner_model.evaluation.calibration import calibrate_operating_point, slices_threshold
 from pruner_model.evaluation.groups import LabeledGroup
 from pruner_model.evaluation.metrics import ScoredGroup, relative_groups, weighted_groups
-from pruner_model.evaluation.threshold_fit import NOVELTY, RequestDefault
+from pruner_model.evaluation.threshold_fit import NOVELTY, UNFAMILIAR_GATE, RequestDefault
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class CalibrationRule:
     per_request_bands: int = 8
     per_request_answer_shares: tuple[float, ...] = ()
     per_request_novelty: tuple[float, float] | None = NOVELTY
+    unfamiliar_gate: float | None = UNFAMILIAR_GATE
     uncertain_share: float = 0.1
     summary_target: float | None = 0.99
 
@@ -220,12 +221,11 @@ def _per_request(slices: list[CalibrationSlice], rule: CalibrationRule, score_ru
         rule.per_request_bands,
         answer_shares=rule.per_request_answer_shares,
         novelty=rule.per_request_novelty,
+        unfamiliar_gate=rule.unfamiliar_gate,
     )
     if model is None:
         return None, {}
-    return model, {
-        k: RequestDefault(model.thresholds_of(x), model.min_relevance) for k, x in features.items()
-    }
+    return model, {k: RequestDefault.of(model, x) for k, x in features.items()}
 
 
 def _operating_points(

@@ -33,7 +33,8 @@ on calibration slices.
    threshold under which every slice with evidence keeps ``tail`` of its queries' evidence. The
    bands are fitted on calibration text and can only say what such text needs; a model's scores
    on text unlike all of it need far lower thresholds, by an amount no calibration slice shows
-   (docs/results.md measures it on whole data sets never trained or calibrated on).
+   (docs/results.md measures it on whole data sets never trained or calibrated on). The relevance
+   head's probabilities fall there too: its passages' gate is at most :data:`UNFAMILIAR_GATE`.
 
 So every slice keeps its promise, as under one threshold, while requests that look like easy text
 are thresholded like easy text. docs/design.md says why and how it was measured.
@@ -58,6 +59,9 @@ MIN_SPREAD = 4.0  # the slices' own thresholds must span this factor for bands t
 # (share of calibration requests within the cutoff, share kept past it): chosen on whole data sets a
 # model trained without them never saw (experiments/request_thresholds.py proxy, docs/design.md)
 NOVELTY = (0.95, 0.995)
+# the highest passage relevance gate an unfamiliar request faces, chosen the same way (docs/design.md:
+# a never-seen set kept 0.860 of its answers behind 0.05 and 0.987 behind 0.02)
+UNFAMILIAR_GATE = 0.02
 NOVELTY_RIDGE = 0.05  # added to the standardized features' covariance before it is inverted
 
 
@@ -243,6 +247,7 @@ def fit_threshold_model(
     criterion: str = "gain",
     score: str = "sources",
     novelty: tuple[float, float] | None = NOVELTY,
+    unfamiliar_gate: float | None = UNFAMILIAR_GATE,
 ) -> ThresholdModel | None:
     """The per-request threshold model of ``slices`` (see the module docstring); None when the
     slices' own thresholds lie within a factor :data:`MIN_SPREAD` (one threshold serves them all)."""
@@ -281,7 +286,7 @@ def fit_threshold_model(
             unlikely_thresholds=tuple(float(CANDIDATES[i]) for i in idx[bands:]),
         )
         idx = idx[:bands]
-    unfamiliar = {} if novelty is None else novelty_fields(slices, mean, scale, *novelty, confidence)
+    unfamiliar = _unfamiliar(slices, mean, scale, novelty, confidence, gate, unfamiliar_gate)
     return ThresholdModel(
         features=FEATURES,
         **fields,
@@ -291,6 +296,14 @@ def fit_threshold_model(
         **answer,
         **unfamiliar,
     )
+
+
+def _unfamiliar(slices, mean, scale, novelty, confidence, gate, cap) -> dict:
+    """The ``novelty_*`` fields (none without ``novelty``), the gate ``cap`` where ``gate`` is over it."""
+    if novelty is None:
+        return {}
+    fields = novelty_fields(slices, mean, scale, *novelty, confidence)
+    return fields | ({"novelty_min_relevance": float(cap)} if None not in (gate, cap) and gate > cap else {})
 
 
 def novelty_fields(
@@ -350,18 +363,25 @@ def group_features(
 @dataclass(frozen=True)
 class RequestDefault:
     """The checkpoint's default operating point on scored groups: each group's threshold and
-    the passage relevance gate (None: no gate)."""
+    the passage relevance gate (None: no gate; or one gate a group, NaN for none)."""
 
     thresholds: np.ndarray
-    min_relevance: float | None
+    min_relevance: float | np.ndarray | None
+
+    @classmethod
+    def of(cls, model: ThresholdModel, features: np.ndarray) -> RequestDefault:
+        """``model``'s threshold and gate for each request of ``features``."""
+        return cls(model.thresholds_of(features), model.gates_of(features))
 
     def masks(self, groups: list[ScoredGroup]) -> list[np.ndarray]:
         """What each (rule-scored) group keeps at its threshold, behind the gate."""
+        gate = np.nan if self.min_relevance is None else self.min_relevance
+        gates = np.broadcast_to(gate, len(self.thresholds))
         out = []
-        for g, t in zip(groups, self.thresholds):
+        for g, t, gate in zip(groups, self.thresholds, gates):
             keep = g.scores >= t
-            if self.min_relevance is not None and g.relevance is not None:
-                keep &= g.relevance >= self.min_relevance
+            if not np.isnan(gate) and g.relevance is not None:
+                keep &= g.relevance >= gate
             out.append(keep)
         return out
 
@@ -377,4 +397,4 @@ def request_default(config, groups: list[LabeledGroup], raw: list[ScoredGroup]) 
         groups, raw, config.relevance_exponent, config.relative_floor, config.relevance_contrast
     )
     model = ThresholdModel.from_dict(tm)
-    return RequestDefault(model.thresholds_of(X), model.min_relevance)
+    return RequestDefault.of(model, X)

@@ -470,6 +470,56 @@ def proxy(args) -> None:
         print(f"none held {args.target}: quantile {q} tail {t} keeps the worst proxy most")
 
 
+def unfamiliar_gate(args) -> None:
+    """A passage relevance gate for unfamiliar requests alone (familiar ones keep the checkpoint's
+    gate), chosen on the proxies of ``proxy`` (a leave-out model's never-seen sets): for each
+    ``--gates`` value, each proxy and report slice at the checkpoint's default with that gate on
+    its unfamiliar requests; chosen: the gate whose proxies all keep ``--target`` with the fewest
+    answer-less tokens kept. Rows: kept / compression / answer-less groups' tokens kept."""
+    import json
+    from pathlib import Path
+
+    from pruner_model.core.threshold_model import ThresholdModel
+    from pruner_model.evaluation.metrics import metrics_at
+
+    with open(args.cache, "rb") as f:
+        data = _prepare(pickle.load(f))
+    tm = ThresholdModel.from_dict(
+        json.loads((Path(args.model) / "config.json").read_text())["threshold_model"]
+    )
+
+    def masks(gs, th, far, gate):
+        out = []
+        for g, t, u in zip(gs, th, far):
+            keep = g.scores >= t
+            use = gate if u else tm.min_relevance
+            if use is not None and g.relevance is not None:
+                keep &= g.relevance >= use
+            out.append(keep)
+        return out
+
+    rows = []
+    for gate in [None if x < 0 else x for x in args.gates]:
+        line = {}
+        for part in [p for p in ("heldout", "report") if p in data]:
+            for name, (X, _, gs, _) in data[part].items():
+                if not any(g.has_evidence for g in gs) or name.startswith("report "):
+                    continue
+                r = metrics_at(gs, float("nan"), masks(gs, tm.thresholds_of(X), tm.unfamiliar(X), gate))
+                line[(part, name)] = (r["evidence_preserved"], r["compression"], r["negative_tokens_kept"])
+        rows.append((gate, line))
+        print(
+            f"gate {gate}: " + ", ".join(f"{n} {k:.3f}/{c:.3f}/{a:.3f}" for (p, n), (k, c, a) in line.items())
+        )
+    proxies = lambda line: [v for (p, _), v in line.items() if p == "heldout"]  # noqa: E731
+    holding = [r for r in rows if min(v[0] for v in proxies(r[1])) >= args.target]
+    if holding:
+        gate = min(holding, key=lambda r: np.mean([v[2] for v in proxies(r[1])]))[0]
+        print(f"chosen: gate {gate} (every proxy keeps {args.target}, fewest answer-less tokens)")
+    else:
+        print(f"no gate keeps {args.target} on every proxy")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -501,6 +551,11 @@ def main() -> None:
     c = sub.add_parser("cosines")
     c.add_argument("--cache", required=True)
     c.add_argument("--cosines", required=True)
+    ug = sub.add_parser("unfamiliar_gate")
+    ug.add_argument("--cache", required=True)
+    ug.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
+    ug.add_argument("--gates", type=float, nargs="+", default=[-1, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5])
+    ug.add_argument("--target", type=float, default=0.95)
     g = sub.add_parser("gate")
     g.add_argument("--cache", required=True)
     g.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
@@ -521,6 +576,7 @@ def main() -> None:
         "cosines": cosines,
         "leave_out": leave_out,
         "proxy": proxy,
+        "unfamiliar_gate": unfamiliar_gate,
     }
     commands[args.cmd](args)
 

@@ -391,4 +391,4 @@ class ContextPruner:
             query, units.texts, units.passage, units.scores, self.config.relative_floor, units.relevance
         )
         threshold, unfamiliar = model.request(feats)
-        return params.with_request_threshold(threshold, model.min_relevance), unfamiliar
+        return params.with_request_threshold(threshold, model.gate(unfamiliar)), unfamiliar

@@ -146,7 +146,13 @@ def _log_calibration(result: Calibration, c, n_groups: int, precision: Precision
                 else "; requests unlikely to hold an answer "
                 + ", ".join(f"{t:.4f}" for t in result.threshold_model.unlikely_thresholds)
             )
-            + f", relevance gate {result.threshold_model.min_relevance}): "
+            + f", relevance gate {result.threshold_model.min_relevance}"
+            + (
+                ""
+                if result.threshold_model.novelty_min_relevance is None
+                else f", {result.threshold_model.novelty_min_relevance} for unfamiliar requests"
+            )
+            + "): "
             f"as_is kept {metrics['evidence_preserved']:.3f} compression {metrics['compression']:.3f}, "
             + ", ".join(
                 f"{k.removeprefix('source:')} {v['evidence_preserved']:.3f} / {v['compression']:.3f}"

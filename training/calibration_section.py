@@ -85,6 +85,9 @@ class CalibrationSection:
     # slice keeps `tail` of its answers; null: none. Text unlike all calibration text needs far
     # lower thresholds than any band (docs/design.md)
     per_request_novelty: list[float] | None = field(default_factory=lambda: [0.95, 0.995])
+    # the highest passage relevance gate those unfamiliar requests face (the relevance head's
+    # probabilities fall on text unlike its training text too); null: the bands' gate
+    unfamiliar_gate: float | None = 0.02
 
     def __post_init__(self) -> None:
         self._check_settings()
@@ -115,6 +118,11 @@ class CalibrationSection:
                 "calibration.per_request_novelty must be [quantile in (0, 1), tail in (0, 1]] or null, "
                 f"got {novelty!r}"
             )
+        gate = self.unfamiliar_gate
+        if gate is not None and not (
+            isinstance(gate, int | float) and not isinstance(gate, bool) and 0 <= gate <= 1
+        ):
+            raise ConfigError(f"calibration.unfamiliar_gate must be in [0, 1] or null, got {gate!r}")
         if isinstance(self.bf16, bool):  # the Python API's CalibrationSection(bf16=True)
             self.bf16 = "yes" if self.bf16 else "no"
         if self.bf16 not in ("auto", "yes", "no"):

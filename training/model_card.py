@@ -133,7 +133,13 @@ def _operating_point(config, target: float, floor, shifted: str, calibrated: boo
                 "; a request unlike all of the calibration text (its features far from every "
                 "calibration request: `calibration.per_request_novelty`) gets at most "
                 f"{tm['novelty_threshold']:.4f}, the threshold under which every calibration slice keeps "
-                "a stricter share of its answers, and `stats.unfamiliar` says so"
+                "a stricter share of its answers"
+                + (
+                    f" and a relevance gate of {tm['novelty_min_relevance']} (`calibration.unfamiliar_gate`)"
+                    if tm.get("novelty_min_relevance") is not None
+                    else ""
+                )
+                + ", and `stats.unfamiliar` says so"
                 if tm.get("novelty_threshold") is not None
                 else ""
             )

@@ -4,6 +4,7 @@ into a checkpoint's config, thresholds each request of the Python API by its ban
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -134,6 +135,54 @@ def test_a_request_unlike_every_calibration_slice_falls_back_to_the_safest_thres
     assert ThresholdModel.from_dict(json.loads(json.dumps(model.to_dict()))) == model
 
 
+def test_unfamiliar_requests_face_their_own_relevance_gate():
+    """With ``novelty_min_relevance``, passages the relevance head rates between the two gates are
+    dropped from unfamiliar requests only; the field round-trips, and a file without it reads as
+    before (the familiar gate for every request)."""
+    fit = [_slice("easy", 300, False, 0), _slice("hard", 300, True, 1)]
+    model = dataclasses.replace(fit_threshold_model(fit, 0.95, bands=3), min_relevance=0.02)
+    gated = dataclasses.replace(model, novelty_min_relevance=0.5)
+    alien = _kind("hard", 60, 5, "alien")
+    alien.features[:, FEATURES.index("quote_share")] += 8.0  # like nothing calibration saw
+    easy = _slice("easy", 60, False, 2)
+    for s in (alien, easy):  # every passage rated 0.3: over the familiar gate, under the unfamiliar one
+        s.groups[:] = [dataclasses.replace(g, relevance=np.full(len(g.scores), 0.3)) for g in s.groups]
+    far = gated.unfamiliar(alien.features)
+    assert far.all() and gated.unfamiliar(easy.features).mean() < 0.15
+    assert np.all(gated.gates_of(alien.features) == 0.5) and np.all(model.gates_of(alien.features) == 0.02)
+    kept = lambda m, s: [k.any() for k in RequestDefault.of(m, s.features).masks(s.groups)]  # noqa: E731
+    assert not any(kept(gated, alien)) and all(kept(model, alien))
+    familiar = ~gated.unfamiliar(easy.features)
+    assert np.array_equal(np.asarray(kept(gated, easy))[familiar], np.asarray(kept(model, easy))[familiar])
+    assert all(np.asarray(kept(gated, easy))[familiar])
+    d = gated.to_dict()
+    assert ThresholdModel.from_dict(json.loads(json.dumps(d))) == gated
+    assert "novelty_min_relevance" not in model.to_dict()  # files without it read as before
+    for key, value, message in (
+        ("novelty_min_relevance", 1.5, "novelty_min_relevance must be"),
+        ("novelty_cutoff", None, "all of"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ThresholdModel.from_dict({**d, key: value})
+    plain = {k: v for k, v in d.items() if not k.startswith("novelty") or k == "novelty_min_relevance"}
+    with pytest.raises(ValueError, match="novelty_min_relevance needs"):
+        ThresholdModel.from_dict(plain)
+
+
+def test_a_fit_whose_gate_is_higher_caps_the_unfamiliar_requests_gate():
+    fit = [_slice("easy", 300, False, 0), _slice("hard", 300, True, 1)]
+    capped = fit_threshold_model(fit, 0.95, bands=3, gates=(0.05,))
+    assert capped.min_relevance == 0.05 and capped.novelty_min_relevance == 0.02
+    assert (
+        fit_threshold_model(fit, 0.95, bands=3, gates=(0.05,), unfamiliar_gate=None).novelty_min_relevance
+        is None
+    )
+    assert (
+        fit_threshold_model(fit, 0.95, bands=3, gates=(0.01,)).novelty_min_relevance is None
+    )  # already lower
+    assert fit_threshold_model(fit, 0.95, bands=3, gates=(0.05,), novelty=None).novelty_min_relevance is None
+
+
 def test_slices_that_need_the_same_threshold_get_no_model():
     assert fit_threshold_model([_slice("a", 200, False, 0), _slice("b", 200, False, 1)], 0.95) is None
 
@@ -228,6 +277,27 @@ def test_a_request_the_model_reads_as_unfamiliar_gets_the_fallback_and_says_so(t
     assert question.stats.unfamiliar and question.threshold == 0.0 and question.stats.sentences_out == 3
     assert not statement.stats.unfamiliar and statement.to_dict()["stats"]["unfamiliar"] is False
     assert not pruner.prune("when was the tower built?", passages, threshold=1.0).stats.unfamiliar
+
+
+def test_an_unfamiliar_request_faces_the_unfamiliar_gate_in_the_python_api(tiny_checkpoint):
+    from pruner_model import ContextPruner
+
+    n, mark = len(FEATURES), FEATURES.index("question_mark")
+    precision = tuple(tuple(1.0 if i == j == mark else 0.0 for j in range(n)) for i in range(n))
+    path = _banded_checkpoint(
+        tiny_checkpoint,
+        novelty_precision=precision,
+        novelty_cutoff=0.5,
+        novelty_threshold=0.0,
+        novelty_min_relevance=1.0,  # no passage passes it
+    )
+    pruner = ContextPruner.from_pretrained(path)
+    passages = ["Paris is the capital of France. The tower was built in 1889. It is made of iron."]
+    question = pruner.prune("when was the tower built?", passages)
+    assert question.stats.unfamiliar and question.stats.sentences_out == 0 and question.text == ""
+    assert pruner.prune("tower built", passages).stats.sentences_out == 3  # familiar: no gate
+    # a gate the request sets takes the place of the model's
+    assert pruner.prune("when was the tower built?", passages, min_relevance=0.0).stats.sentences_out == 3
 
 
 def test_a_damaged_threshold_model_is_refused_at_load(tiny_checkpoint):

@@ -56,6 +56,11 @@ def test_calibration_margin_and_loss_weights_are_validated():
     for bad in ("[0.95]", "[1.0, 0.99]", "[0.95, 0]", "0.95", "[true, 0.99]"):
         with pytest.raises(ConfigError, match="calibration.per_request_novelty"):
             load_config(None, [f"calibration.per_request_novelty={bad}"])
+    assert load_config(None, []).calibration.unfamiliar_gate == 0.02
+    assert load_config(None, ["calibration.unfamiliar_gate=null"]).calibration.unfamiliar_gate is None
+    for bad in ("1.5", "-0.1", "true", "[0.02]"):
+        with pytest.raises(ConfigError, match="calibration.unfamiliar_gate"):
+            load_config(None, [f"calibration.unfamiliar_gate={bad}"])
 
 
 def test_allocator_threshold_and_shift_groups_are_validated():
