@@ -4,7 +4,9 @@
 least under ``CALL_TOKENS + n * L * (1 + L / ATTENTION_TOKENS)`` tokens for a call of ``n``
 windows padded to ``L``. This times a backend on a grid of shapes (1-8 windows of 32-256 tokens,
 random token ids, no padding), fits ``fixed + per_token * n * L + quadratic * n * L**2`` by least
-squares, and prints the constants the fit implies beside the ones the planner uses.
+squares, and prints the constants the fit implies beside the ones the planner uses. With
+``--split-sessions`` it also times one onnxruntime session of ``--threads`` threads against as many
+one-thread sessions, each running its share of the same windows at once (a thread-settings lever).
 
     python3 benchmarks/bench_call_cost.py --model pruner_model/default_model --onnx DIR --threads 2
 """
@@ -51,12 +53,43 @@ def fit(rows: list[tuple[int, int, float]]) -> dict:
     }
 
 
+def split_sessions(path, threads: int, rng) -> None:
+    """Best of 4 for each shape: one session of ``threads`` threads on all the windows, against
+    ``threads`` one-thread sessions on an equal share each, run at once from a thread pool."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pruner_model.inference.onnx_backend import OnnxBackend
+
+    whole, parts = OnnxBackend(path, threads=threads), [OnnxBackend(path, threads=1) for _ in range(threads)]
+    pool = ThreadPoolExecutor(threads)
+    for n, length in ((5, 180), (8, 200), (16, 200), (40, 200)):
+        batch = {name: np.zeros((n, length), dtype=np.int64) for name in whole.input_names}
+        batch["input_ids"] = rng.integers(1000, 20000, (n, length))
+        batch["attention_mask"][:] = 1
+        shares = [{k: v[i::threads] for k, v in batch.items()} for i in range(threads)]
+        best = [float("inf"), float("inf")]
+        for _ in range(5):  # the first round warms both up
+            start = time.perf_counter()
+            whole(batch)
+            one = time.perf_counter() - start
+            start = time.perf_counter()
+            list(pool.map(lambda pair: pair[0](pair[1]), zip(parts, shares)))
+            best = [min(best[0], one), min(best[1], time.perf_counter() - start)]
+        print(
+            f"{n} x {length} tokens: one session of {threads} threads {best[0] * 1e3:.1f} ms, "
+            f"{threads} one-thread sessions at once {best[1] * 1e3:.1f} ms ({best[0] / best[1]:.2f}x)"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="checkpoint folder (torch fp32)")
     ap.add_argument("--onnx", default=None, help="its ONNX export (the int8 graph is timed when there)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=0.3, help="per shape and round")
+    ap.add_argument(
+        "--split-sessions", action="store_true", help="also time one-thread sessions side by side"
+    )
     args = ap.parse_args()
 
     import torch
@@ -97,6 +130,8 @@ def main() -> int:
             f"{name}: a call {f['fixed_ms']:.2f} ms + {f['per_token_ms']:.4f} ms a token: "
             f"call_tokens {f['call_tokens']:.0f}, attention_tokens {f['attention_tokens']:.0f}"
         )
+    if args.split_sessions and args.onnx:
+        split_sessions(backends["onnx int8"].backend.model_path, args.threads, rng)
     return 0
 
 
