@@ -116,3 +116,5 @@ def test_the_rule_of_a_training_config_section():
     section = CalibrationSection(target_evidence=0.95, relative_floors=[0.1, 0.2], margin=0.01)
     rule = CalibrationRule.of(section)
     assert rule.relative_floors == (0.1, 0.2) and rule.aim == pytest.approx(0.96)
+    assert rule.unfamiliar_gate == 0.02  # the fit's cap on unfamiliar requests' gate
+    assert CalibrationRule.of(CalibrationSection(unfamiliar_gate=None)).unfamiliar_gate is None
