@@ -181,7 +181,12 @@ def test_new_measurements_replace_the_cards_section_and_nothing_else(tmp_path):
     (folder / "README.md").write_text(card)
     evaluation = tmp_path / "eval"
     for split, name in (("dev", "squad"), ("heldout", "friendsqa")):
-        at = {"evidence_preserved": 0.9, "compression": 0.5, "promise": {"interval": [0.8, 0.95]}}
+        verdict = "met" if split == "dev" else "missed"
+        at = {
+            "evidence_preserved": 0.9,
+            "compression": 0.5,
+            "promise": {"interval": [0.8, 0.95], "verdict": verdict, "target": 0.95},
+        }
         report = {
             "max_groups": 300,
             "sources": {
@@ -199,6 +204,7 @@ def test_new_measurements_replace_the_cards_section_and_nothing_else(tmp_path):
     refresh_measurements(folder, evaluation)
     new = (folder / "README.md").read_text()
     assert "old | table" not in new and "| friendsqa | heldout | 300 | 0.900 [0.800, 0.950] | 0.500" in new
+    assert "holds or is within chance on squad; it is missed on friendsqa (0.900 kept)" in new
     assert new.startswith("# m\n\n## Operating point\n\ntext\n\n## Measured on held-back data\n")
     assert new.endswith("\n\n## int8\n\nkept\n") and new.count("## Measured") == 1
     assert json.loads((folder / "evaluation.json").read_text())["sets"]["squad"]["compression"] == 0.5

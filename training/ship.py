@@ -69,6 +69,8 @@ def measured(evaluation: Path) -> tuple[dict, str]:
                 "answerless_tokens_kept": kept.get("answerless"),
                 "compression_at_0.95": m.get("compression_at_0.95"),
                 "gold_ranked_first": m["ranking"].get("gold_first"),
+                "verdict": (at.get("promise") or {}).get("verdict"),
+                "target": (at.get("promise") or {}).get("target"),
             }
     return {"sets": rows, "check": _check(evaluation / "check")}, _markdown(rows)
 
@@ -109,7 +111,30 @@ def _markdown(rows: dict) -> str:
             f"| {name} | {r['split']} | {r['groups']} | {kept} | {_num(r['compression'])} | "
             f"{_num(r['answerless_tokens_kept'])} | {_num(r['compression_at_0.95'])} | {_num(r['gold_ranked_first'])} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _promise(rows)
+
+
+def _promise(rows: dict) -> str:
+    """Where the default keeps its promise and where it does not, in a sentence (nothing when the
+    reports carry no verdicts)."""
+    judged = {n: r for n, r in rows.items() if r.get("verdict")}
+    if not judged:
+        return ""
+    target = next(iter(judged.values())).get("target") or 0.95
+    holds = [n for n, r in judged.items() if r["verdict"] != "missed"]
+    missed = [
+        f"{n} ({r['evidence_preserved']:.3f} kept)" for n, r in judged.items() if r["verdict"] == "missed"
+    ]
+    text = (
+        f"\nAt the default, the promise ({target:.0%} of questions keep every answer sentence) holds or is "
+    )
+    text += f"within chance on {', '.join(holds) or 'none of these sets'}"
+    text += f"; it is missed on {' and '.join(missed)}" if missed else ""
+    return text + (
+        ": on such text, calibrate on a labeled sample of it (`pruner calibrate`, above).\n"
+        if missed
+        else ".\n"
+    )
 
 
 DATA_SECTION = """
