@@ -425,7 +425,12 @@ def proxy(args) -> None:
 
     from pruner_model.core.threshold_model import ThresholdModel
     from pruner_model.evaluation.metrics import metrics_at
-    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, novelty_fields
+    from pruner_model.evaluation.threshold_fit import (
+        UNFAMILIAR_GATE,
+        FitSlice,
+        RequestDefault,
+        novelty_fields,
+    )
 
     with open(args.cache, "rb") as f:
         data = _prepare(pickle.load(f))
@@ -437,9 +442,7 @@ def proxy(args) -> None:
         out = {}
         for name, (X, _, gs, _) in data[part].items():
             if any(g.has_evidence for g in gs) and not name.startswith("report "):
-                r = metrics_at(
-                    gs, float("nan"), RequestDefault(model.thresholds_of(X), model.min_relevance).masks(gs)
-                )
+                r = metrics_at(gs, float("nan"), RequestDefault.of(model, X).masks(gs))
                 out[name] = (
                     r["evidence_preserved"],
                     r["compression"],
@@ -452,6 +455,8 @@ def proxy(args) -> None:
     for q in args.quantiles:
         for t in args.tails:
             fields = novelty_fields(slices, np.asarray(base.mean), np.asarray(base.scale), q, t)
+            if base.min_relevance is not None and base.min_relevance > UNFAMILIAR_GATE:  # as the fit caps it
+                fields["novelty_min_relevance"] = UNFAMILIAR_GATE
             model = dataclasses.replace(base, **fields)
             held, report = measured(model, "heldout"), measured(model, "report")
             rows.append((q, t, held, report))
