@@ -23,9 +23,9 @@ quantile sets) are thresholded at most at ``novelty_threshold``: the threshold t
 stricter share of answers on every calibration slice. The bands say what text like the
 calibration's needs; text like none of it (dialogue, legal boilerplate for a model trained on
 encyclopedic text) needs thresholds well below any band, and no calibration slice can say how far
-below, so such a request falls back to the calibration's safest threshold. Its passages may face a
-gate of their own, ``novelty_min_relevance`` (None: ``min_relevance``), so that the low fallback
-threshold does not hand back most of a request whose passages the relevance head rates irrelevant.
+below, so such a request falls back to the calibration's safest threshold. Its passages face the
+gate ``novelty_min_relevance`` where one is set (None: ``min_relevance``): the relevance head's
+probabilities fall on such text too, and a gate calibrated on familiar text drops its answers.
 
 A second linear score of the same features may say how likely the request's passages hold an
 answer at all (a logistic classifier of calibration groups with evidence against those without);

@@ -486,22 +486,13 @@ def unfamiliar_gate(args) -> None:
 
     from pruner_model.core.threshold_model import ThresholdModel
     from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.threshold_fit import RequestDefault
 
     with open(args.cache, "rb") as f:
         data = _prepare(pickle.load(f))
     tm = ThresholdModel.from_dict(
         json.loads((Path(args.model) / "config.json").read_text())["threshold_model"]
     )
-
-    def masks(gs, th, far, gate):
-        out = []
-        for g, t, u in zip(gs, th, far):
-            keep = g.scores >= t
-            use = gate if u else tm.min_relevance
-            if use is not None and g.relevance is not None:
-                keep &= g.relevance >= use
-            out.append(keep)
-        return out
 
     rows = []
     for gate in [None if x < 0 else x for x in args.gates]:
@@ -510,7 +501,8 @@ def unfamiliar_gate(args) -> None:
             for name, (X, _, gs, _) in data[part].items():
                 if not any(g.has_evidence for g in gs) or name.startswith("report "):
                     continue
-                r = metrics_at(gs, float("nan"), masks(gs, tm.thresholds_of(X), tm.unfamiliar(X), gate))
+                gates = np.where(tm.unfamiliar(X), np.nan if gate is None else gate, tm.gates_of(X))
+                r = metrics_at(gs, float("nan"), RequestDefault(tm.thresholds_of(X), gates).masks(gs))
                 line[(part, name)] = (r["evidence_preserved"], r["compression"], r["negative_tokens_kept"])
         rows.append((gate, line))
         print(
