@@ -91,7 +91,7 @@ def cosines(args) -> None:
     with open(args.cache, "rb") as f:
         cache = pickle.load(f)
     encoder, out = BiEncoder(), {}
-    for part in ("cal", "report"):
+    for part in [p for p in ("cal", "report", "heldout") if p in cache]:
         out[part] = {}
         for name, (groups, _) in cache[part].items():
             texts = [[u.text_of(p["text"]) for p, us in zip(g.passages, g.units) for u in us] for g in groups]
@@ -108,7 +108,7 @@ def _fused(cache, cos, spec: str):
 
     w, tau, form = float(spec.split(":")[0]), float(spec.split(":")[1]), spec.split(":")[2]
     out = dict(cache)
-    for part in ("cal", "report"):
+    for part in [p for p in ("cal", "report", "heldout") if p in cos]:
         out[part] = {}
         for name, (groups, raw) in cache[part].items():
             fused = []
@@ -205,6 +205,32 @@ def fit(args) -> None:
             _evaluate(
                 data, lambda X, m=model: RequestDefault(m.thresholds_of(X), m.min_relevance), label, target
             )
+
+
+def fused_proxy(args) -> None:
+    """Passage evidence from the bundled bi-encoder on unfamiliar text: for no fusion and each
+    ``--fuse`` setting, the per-request threshold fitted on the cache's calibration slices (gates up
+    to 0.3) and measured on its report slices and never-seen (``heldout``) sets; kept / compression /
+    answer-less groups' tokens kept."""
+    from pruner_model.evaluation.metrics import metrics_at
+    from pruner_model.evaluation.threshold_fit import GATES, FitSlice, RequestDefault, fit_threshold_model
+
+    with open(args.cache, "rb") as f:
+        cache = pickle.load(f)
+    with open(args.cosines, "rb") as f:
+        cos = pickle.load(f)
+    for spec in [None, *args.fuse]:
+        data = _prepare(cache if spec is None else _fused(cache, cos, spec))
+        slices = [FitSlice(n, v[2], v[0]) for n, v in data["cal"].items()]
+        model = fit_threshold_model(slices, args.target, gates=(*GATES, 0.1, 0.2, 0.3))
+        line = []
+        for part in [p for p in ("heldout", "report") if p in data]:
+            for name, (X, _, gs, _) in data[part].items():
+                if any(g.has_evidence for g in gs) and not name.startswith("report "):
+                    r = metrics_at(gs, float("nan"), RequestDefault.of(model, X).masks(gs))
+                    k, c, a = r["evidence_preserved"], r["compression"], r["negative_tokens_kept"]
+                    line.append(f"{name} {k:.3f}/{c:.3f}/{a:.3f}")
+        print(f"fused {spec} (gate {model.min_relevance}): " + ", ".join(line), flush=True)
 
 
 def folds(args) -> None:
@@ -548,6 +574,11 @@ def main() -> None:
     c = sub.add_parser("cosines")
     c.add_argument("--cache", required=True)
     c.add_argument("--cosines", required=True)
+    fp = sub.add_parser("fused_proxy")
+    fp.add_argument("--cache", required=True)
+    fp.add_argument("--cosines", required=True, help="the file of `cosines`")
+    fp.add_argument("--fuse", nargs="+", default=["1:0.1:abs", "2:0.1:abs", "1:0.1:rel", "2:0.1:rel"])
+    fp.add_argument("--target", type=float, default=0.95)
     ug = sub.add_parser("unfamiliar_gate")
     ug.add_argument("--cache", required=True)
     ug.add_argument("--model", required=True, help="the checkpoint the cache was scored with")
@@ -574,6 +605,7 @@ def main() -> None:
         "leave_out": leave_out,
         "proxy": proxy,
         "unfamiliar_gate": unfamiliar_gate,
+        "fused_proxy": fused_proxy,
     }
     commands[args.cmd](args)
 
