@@ -53,28 +53,29 @@ def fit(rows: list[tuple[int, int, float]]) -> dict:
     }
 
 
-def split_sessions(path, threads: int, rng) -> None:
-    """Best of 4 for each shape: one session of ``threads`` threads on all the windows, against
-    ``threads`` one-thread sessions on an equal share each, run at once from a thread pool."""
+def split_sessions(whole, threads: int, rng) -> None:
+    """Best of 4 for each shape: ``whole`` (an ONNX backend of ``threads`` threads) on all the
+    windows, against ``threads`` one-thread sessions of its graph on an equal share each, run at
+    once from a thread pool."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pruner_model.inference.onnx_backend import OnnxBackend
 
-    whole, parts = OnnxBackend(path, threads=threads), [OnnxBackend(path, threads=1) for _ in range(threads)]
-    pool = ThreadPoolExecutor(threads)
+    parts = [OnnxBackend(whole.model_path, threads=1) for _ in range(threads)]
     for n, length in ((5, 180), (8, 200), (16, 200), (40, 200)):
         batch = {name: np.zeros((n, length), dtype=np.int64) for name in whole.input_names}
         batch["input_ids"] = rng.integers(1000, 20000, (n, length))
         batch["attention_mask"][:] = 1
         shares = [{k: v[i::threads] for k, v in batch.items()} for i in range(threads)]
         best = [float("inf"), float("inf")]
-        for _ in range(5):  # the first round warms both up
-            start = time.perf_counter()
-            whole(batch)
-            one = time.perf_counter() - start
-            start = time.perf_counter()
-            list(pool.map(lambda pair: pair[0](pair[1]), zip(parts, shares)))
-            best = [min(best[0], one), min(best[1], time.perf_counter() - start)]
+        with ThreadPoolExecutor(threads) as pool:
+            for _ in range(5):  # the first round warms both up
+                start = time.perf_counter()
+                whole(batch)
+                one = time.perf_counter() - start
+                start = time.perf_counter()
+                list(pool.map(lambda pair: pair[0](pair[1]), zip(parts, shares)))
+                best = [min(best[0], one), min(best[1], time.perf_counter() - start)]
         print(
             f"{n} x {length} tokens: one session of {threads} threads {best[0] * 1e3:.1f} ms, "
             f"{threads} one-thread sessions at once {best[1] * 1e3:.1f} ms ({best[0] / best[1]:.2f}x)"
@@ -131,7 +132,7 @@ def main() -> int:
             f"call_tokens {f['call_tokens']:.0f}, attention_tokens {f['attention_tokens']:.0f}"
         )
     if args.split_sessions and args.onnx:
-        split_sessions(backends["onnx int8"].backend.model_path, args.threads, rng)
+        split_sessions(backends["onnx int8"].backend, args.threads, rng)
     return 0
 
 

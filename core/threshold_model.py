@@ -239,8 +239,12 @@ class ThresholdModel:
 
     def gates_of(self, features: np.ndarray) -> np.ndarray:
         """``[n]``: each request's passage relevance gate, NaN where there is none."""
-        far = self.unfamiliar(features)
-        return np.asarray([np.nan if (g := self.gate(bool(u))) is None else g for u in far], dtype=np.float64)
+        bands = np.full(
+            len(np.atleast_2d(features)), np.nan if self.min_relevance is None else self.min_relevance
+        )
+        if self.novelty_min_relevance is None:  # one gate for every request
+            return bands
+        return np.where(self.unfamiliar(features), self.novelty_min_relevance, bands)
 
     def thresholds_of(self, features: np.ndarray) -> np.ndarray:
         """Each request's threshold (``features``: ``[n, d]``)."""

@@ -286,7 +286,7 @@ def fit_threshold_model(
             unlikely_thresholds=tuple(float(CANDIDATES[i]) for i in idx[bands:]),
         )
         idx = idx[:bands]
-    unfamiliar = _unfamiliar(slices, mean, scale, novelty, confidence, gate, unfamiliar_gate)
+    unfamiliar = novelty_fields(slices, mean, scale, novelty, confidence, gate, unfamiliar_gate)
     return ThresholdModel(
         features=FEATURES,
         **fields,
@@ -298,24 +298,22 @@ def fit_threshold_model(
     )
 
 
-def _unfamiliar(slices, mean, scale, novelty, confidence, gate, cap) -> dict:
-    """The ``novelty_*`` fields (none without ``novelty``), the gate ``cap`` where ``gate`` is over it."""
-    if novelty is None:
-        return {}
-    fields = novelty_fields(slices, mean, scale, *novelty, confidence)
-    return fields | ({"novelty_min_relevance": float(cap)} if None not in (gate, cap) and gate > cap else {})
-
-
 def novelty_fields(
     slices: list[FitSlice],
     mean: np.ndarray,
     scale: np.ndarray,
-    quantile: float,
-    tail: float,
+    novelty: tuple[float, float] | None,
     confidence: float | None = None,
+    gate: float | None = None,
+    cap: float | None = UNFAMILIAR_GATE,
 ) -> dict:
-    """The unfamiliar-request fallback of ``slices`` (step 5 of the module docstring): the
-    ``novelty_*`` fields of a :class:`ThresholdModel` standardizing by ``mean`` and ``scale``."""
+    """The unfamiliar-request fallback of ``slices`` (step 5 of the module docstring) for
+    ``novelty`` = ``(quantile, tail)``: the ``novelty_*`` fields of a :class:`ThresholdModel`
+    standardizing by ``mean`` and ``scale``, with the gate ``cap`` for unfamiliar requests where
+    the bands' ``gate`` is over it; none without ``novelty``."""
+    if novelty is None:
+        return {}
+    quantile, tail = novelty
     if not 0 < quantile < 1 or not 0 < tail <= 1:
         raise ValueError(f"novelty needs a quantile in (0, 1) and a tail in (0, 1], got {quantile}, {tail}")
     z = (np.concatenate([s.features for s in slices]) - mean) / scale
@@ -326,6 +324,7 @@ def novelty_fields(
         novelty_precision=tuple(tuple(float(x) for x in row) for row in precision),
         novelty_cutoff=float(np.quantile(distance, quantile)),
         novelty_threshold=float(min(calibrate_threshold(s.groups, tail, confidence) for s in live)),
+        **({"novelty_min_relevance": float(cap)} if None not in (gate, cap) and gate > cap else {}),
     )
 
 
@@ -375,8 +374,8 @@ class RequestDefault:
 
     def masks(self, groups: list[ScoredGroup]) -> list[np.ndarray]:
         """What each (rule-scored) group keeps at its threshold, behind the gate."""
-        gate = np.nan if self.min_relevance is None else self.min_relevance
-        gates = np.broadcast_to(gate, len(self.thresholds))
+        default = np.nan if self.min_relevance is None else self.min_relevance
+        gates = np.broadcast_to(default, len(self.thresholds))
         out = []
         for g, t, gate in zip(groups, self.thresholds, gates):
             keep = g.scores >= t

@@ -401,9 +401,17 @@ def novelty(args) -> None:
     path = Path(args.model) / "config.json"
     config = json.loads(path.read_text())
     base = ThresholdModel.from_dict(config["threshold_model"])
-    base = dataclasses.replace(base, novelty_precision=None, novelty_cutoff=None, novelty_threshold=None)
+    base = dataclasses.replace(
+        base, novelty_precision=None, novelty_cutoff=None, novelty_threshold=None, novelty_min_relevance=None
+    )
     slices = [FitSlice(n, v[2], v[0]) for n, v in data["cal"].items()]
-    fields = novelty_fields(slices, np.asarray(base.mean), np.asarray(base.scale), args.quantile, args.tail)
+    fields = novelty_fields(
+        slices,
+        np.asarray(base.mean),
+        np.asarray(base.scale),
+        (args.quantile, args.tail),
+        gate=base.min_relevance,
+    )
     model = dataclasses.replace(base, **fields)
     print(
         f"cutoff {fields['novelty_cutoff']:.2f} (quantile {args.quantile} of {sum(len(s.features) for s in slices)} "
@@ -451,12 +459,7 @@ def proxy(args) -> None:
 
     from pruner_model.core.threshold_model import ThresholdModel
     from pruner_model.evaluation.metrics import metrics_at
-    from pruner_model.evaluation.threshold_fit import (
-        UNFAMILIAR_GATE,
-        FitSlice,
-        RequestDefault,
-        novelty_fields,
-    )
+    from pruner_model.evaluation.threshold_fit import FitSlice, RequestDefault, novelty_fields
 
     with open(args.cache, "rb") as f:
         data = _prepare(pickle.load(f))
@@ -480,9 +483,9 @@ def proxy(args) -> None:
     rows = []
     for q in args.quantiles:
         for t in args.tails:
-            fields = novelty_fields(slices, np.asarray(base.mean), np.asarray(base.scale), q, t)
-            if base.min_relevance is not None and base.min_relevance > UNFAMILIAR_GATE:  # as the fit caps it
-                fields["novelty_min_relevance"] = UNFAMILIAR_GATE
+            fields = novelty_fields(
+                slices, np.asarray(base.mean), np.asarray(base.scale), (q, t), gate=base.min_relevance
+            )
             model = dataclasses.replace(base, **fields)
             held, report = measured(model, "heldout"), measured(model, "report")
             rows.append((q, t, held, report))
