@@ -11,6 +11,9 @@ the annotator is the sentence the model scores. Rules:
   "Dr.", "U.S." and "p.m." do not end a sentence; for English, the package's curated reference
   and academic abbreviations are added ("et al.", "Fig. 3", "i.e.", "approx.", "No. 1"), where
   punkt still ends the sentence before a capitalized word that usually starts one;
+* in text that capitalizes its sentences, a cut punkt makes at a period before a word wholly in
+  lower case is undone ("Ae. albopictus", "Streptococcus sp. (staphopain) were"): no sentence
+  of such text starts with one ("p53" and "mRNA" do, and keep their cuts);
 * whitespace between units belongs to no unit: ``text[s.start:s.end]`` never starts or ends
   with whitespace.
 
@@ -126,12 +129,42 @@ def _lines(text: str) -> list[tuple[int, int]]:
 PROSE_CHUNK_CHARS = 10_000
 
 
+# punkt ends a sentence at a period after a word it does not know as an abbreviation ("Ae.
+# albopictus", "Streptococcus sp. (staphopain) were"); in text that capitalizes its sentences a
+# sentence does not start with a word written wholly in lower case, so such a cut is undone.
+# Leading bracket groups (citation marks, parentheses) are looked past; "p53", "mRNA" and a unit
+# that is only a bracketed note ("[citation needed]") start sentences of their own.
+_LEADING_BRACKETS = re.compile(r"(?:[\[(][^\])\n]{0,80}[\])]\s*)*")
+_FIRST_WORD = re.compile(r"[\"'“‘]?([^\W_]+)")
+
+
+def _continues(text: str, prev: tuple[int, int], span: tuple[int, int]) -> bool:
+    """Whether punkt's sentence ``span`` goes on the sentence ``prev`` (see above)."""
+    before = text[prev[0] : prev[1]].rstrip()
+    opening = before.lstrip("\"'“‘([")[:1]
+    if not before.endswith(".") or not (opening.isupper() or opening.isdigit()):
+        return False
+    rest = _LEADING_BRACKETS.match(text, span[0], span[1]).end()
+    word = _FIRST_WORD.match(text, rest, span[1])
+    return bool(word) and word.group(1).isalpha() and word.group(1).islower()
+
+
+def _rejoined(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for span in spans:
+        if out and _continues(text, out[-1], span):
+            out[-1] = (out[-1][0], span[1])
+        else:
+            out.append(span)
+    return out
+
+
 def _sentence_spans(tokenizer, text: str, start: int, end: int) -> list[tuple[int, int]]:
     """punkt's sentence spans of ``text[start:end]`` (absolute offsets), window by window."""
 
     def spans_of(a: int, b: int) -> list[tuple[int, int]]:
         try:
-            return [(a + s, a + e) for s, e in tokenizer.span_tokenize(text[a:b])]
+            return _rejoined(text, [(a + s, a + e) for s, e in tokenizer.span_tokenize(text[a:b])])
         except TimeoutError:  # nltk's wall-clock regex guard, on a very busy machine
             raise ValueError(f"sentence splitting timed out on the paragraph at character {a}") from None
 

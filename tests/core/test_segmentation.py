@@ -29,7 +29,31 @@ def test_reference_and_academic_abbreviations_do_not_split():
         "This was shown by Smith et al.",
         "The result held.",
     ]
-    assert texts("Dr. Smith et al. (2020) left. Fine.", language="german")[0] == "Dr. Smith et al."
+    # German has no curated list: punkt cuts after "al.", and the lower-case rule (below) rejoins it
+    assert texts("Dr. Smith et al. (2020) left. Fine.", language="german")[0] == "Dr. Smith et al. (2020) left."
+
+
+def test_a_cut_before_a_lower_case_word_is_undone_in_capitalized_text():
+    """punkt ends a sentence after an abbreviation it does not know; a sentence of capitalized text
+    does not start with a word wholly in lower case, so the cut is undone (past leading brackets),
+    while words such as "p53" and "mRNA", bracketed notes and uncapitalized text keep their cuts."""
+    assert texts("The infectivity of Ae. albopictus was high. It rose.") == [
+        "The infectivity of Ae. albopictus was high.",
+        "It rose.",
+    ]
+    assert texts("Cells of Streptococcus sp. (staphopain) were seen. Subspecies E. m. indicus. Done.") == [
+        "Cells of Streptococcus sp. (staphopain) were seen.",
+        "Subspecies E. m. indicus.",
+        "Done.",
+    ]
+    assert texts("We studied TP53. p53 is a suppressor. mRNA rose.") == [
+        "We studied TP53.",
+        "p53 is a suppressor.",
+        "mRNA rose.",
+    ]
+    assert texts("It was cited. [e] Christian apologists came.") == ["It was cited.", "[e] Christian apologists came."]
+    assert texts("lol. so good. Yes.") == ["lol.", "so good.", "Yes."]
+    assert texts("Was it? no. Fine.")[0] == "Was it?"
 
 
 def test_spans_slice_back_exactly_and_hold_no_outer_whitespace():
