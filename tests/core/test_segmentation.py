@@ -30,7 +30,9 @@ def test_reference_and_academic_abbreviations_do_not_split():
         "The result held.",
     ]
     # German has no curated list: punkt cuts after "al.", and the lower-case rule (below) rejoins it
-    assert texts("Dr. Smith et al. (2020) left. Fine.", language="german")[0] == "Dr. Smith et al. (2020) left."
+    assert (
+        texts("Dr. Smith et al. (2020) left. Fine.", language="german")[0] == "Dr. Smith et al. (2020) left."
+    )
 
 
 def test_a_cut_before_a_lower_case_word_is_undone_in_capitalized_text():
@@ -51,7 +53,10 @@ def test_a_cut_before_a_lower_case_word_is_undone_in_capitalized_text():
         "p53 is a suppressor.",
         "mRNA rose.",
     ]
-    assert texts("It was cited. [e] Christian apologists came.") == ["It was cited.", "[e] Christian apologists came."]
+    assert texts("It was cited. [e] Christian apologists came.") == [
+        "It was cited.",
+        "[e] Christian apologists came.",
+    ]
     assert texts("lol. so good. Yes.") == ["lol.", "so good.", "Yes."]
     assert texts("Was it? no. Fine.")[0] == "Was it?"
 
