@@ -26,6 +26,12 @@ SOURCE_LANGUAGE = {
     "korquad": "ko",
     "persianqa": "fa",
 }
+LANGUAGE_NAME = {  # every code above, for what a model card says it was trained on
+    "ar": "Arabic", "bn": "Bengali", "de": "German", "el": "Greek", "en": "English",
+    "es": "Spanish", "fa": "Persian", "fi": "Finnish", "hi": "Hindi", "id": "Indonesian",
+    "ko": "Korean", "ro": "Romanian", "ru": "Russian", "sw": "Swahili", "te": "Telugu",
+    "th": "Thai", "tr": "Turkish", "vi": "Vietnamese", "zh": "Chinese",
+}  # fmt: skip
 
 
 def default_cache_dir() -> Path:

@@ -213,16 +213,16 @@ def _mix(cfg) -> str:
 
 def _languages(cfg) -> str:
     """The languages of the training sources (docs/data.md): what the card promises to work in."""
+    from pruner_model.core.records import LANGUAGE_NAME
     from pruner_model.core.records import SOURCE_LANGUAGE as LANGUAGE
 
-    names = {"en": "English", "hi": "Hindi", "fa": "Persian"}
     trained = sorted(
         {LANGUAGE.get(s, "en") for s in (cfg.data.mix or {"squad": 1})}, key=lambda c: (c != "en", c)
     )
     if trained == ["en"]:
         return "in English"
     return (
-        f"in the languages it was trained and calibrated on ({', '.join(names[c] for c in trained)}); "
+        f"in the languages it was trained and calibrated on ({', '.join(LANGUAGE_NAME.get(c, c) for c in trained)}); "
         "its encoder reads about 100 languages, but no other language was trained or measured"
     )
 
