@@ -3,7 +3,7 @@ absolute times depend on the machine and its load).
 
     python benchmarks/bench_models.py --models runs/quickstart runs/multilingual [--queries 60]
 
-Each model prunes the same nyt dev groups (``pruner data qa``), in rounds that alternate the
+Each model prunes the same dev groups (`data/qa/dev.jsonl` of ``pruner data qa``), in rounds that alternate the
 models so that load changes hit them alike; reported: seconds per query (median of the rounds),
 the ratio to the first model, and the encoder tokens each model's tokenizer makes of the same
 passages (a 250k-piece multilingual vocabulary cuts English into fewer or more pieces).
