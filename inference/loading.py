@@ -97,8 +97,8 @@ def int8_candidate(path: Path, device, backend_kwargs: dict) -> Path | None:
     from pruner_model.core.precision import cpu_prefers_int8, int8_reason
     from pruner_model.inference.int8_build import auto_build_enabled, build_int8_export
 
-    if backend_kwargs.get("dtype") not in (None, "auto") or backend_kwargs.get("quantized") is not None:
-        return None
+    if backend_kwargs.get("dtype") is not None or backend_kwargs.get("quantized") is not None:
+        return None  # a torch precision asked for, "auto" included, runs torch
     if str(device or "auto") not in ("cpu", "auto") or not cpu_prefers_int8():
         return None
     try:

@@ -123,7 +123,7 @@ def test_a_checkpoint_runs_its_cached_int8_export_with_no_flags_where_bf16_is_no
     folder = ContextPruner.from_pretrained(cached, device="cpu")
     a, b = auto.score("Where is the tower?", PASSAGES), folder.score("Where is the tower?", PASSAGES)
     assert all(np.allclose(x, y) for x, y in zip(a.sentence_scores, b.sentence_scores))
-    for kwargs in ({"dtype": "fp32"}, {"quantized": False}, {"backend": "torch"}):
+    for kwargs in ({"dtype": "fp32"}, {"dtype": "auto"}, {"quantized": False}, {"backend": "torch"}):
         assert ContextPruner.from_pretrained(tiny_checkpoint, **kwargs).backend.name == "torch", kwargs
     # calibration measures the checkpoint itself (torch), cached export or not
     from tests.evaluation.test_evaluate import records
