@@ -134,12 +134,24 @@ def build_mix(
     # that set's: its held-out questions are dropped, never trained on (stats["heldout_shared"])
     shared = {ex.doc_key for ex in examples if ex.source not in s.heldout_sources}
     stats["heldout_shared"] = sum(ex.source in s.heldout_sources and ex.doc_key in shared for ex in examples)
+    # a translation (XQuAD) is split with the SQuAD article it translates; a held-out one whose
+    # article is trained or calibrated on is dropped (stats["heldout_translated"])
+    origin = _translated_splits(examples, s, trained, shares)
+    stats["heldout_translated"] = sum(
+        ex.source in s.heldout_sources and origin.get(ex.doc_key, "dev") != "dev" for ex in examples
+    )
     for ex in examples:
         if ex.doc_key in doc_chunks:
             continue
         fam = family(ex.document)
-        if ex.source in s.heldout_sources and ex.doc_key not in shared:
+        if (
+            ex.source in s.heldout_sources
+            and ex.doc_key not in shared
+            and origin.get(ex.doc_key, "dev") == "dev"
+        ):
             split = "heldout"
+        elif ex.doc_key in origin:
+            split = origin[ex.doc_key]
         else:
             split = "train" if fam in trained else split_of(fam, s.seed, shares)
         doc_split[ex.doc_key] = split
@@ -201,6 +213,20 @@ def build_mix(
         split: {r: n for (sp, r), n in sorted(roles.items()) if sp == split} for split in SPLITS
     }
     return records, groups, stats
+
+
+def _translated_splits(examples, s: MixSettings, trained: set[str], shares) -> dict[str, str]:
+    """The split of the SQuAD article each XQuAD document translates (XQuAD keeps SQuAD's question
+    ids), by the translation's ``doc_key``; empty where SQuAD is not built or is held out."""
+    if "squad" in s.heldout_sources:
+        return {}
+    article = {ex.qid.split(":", 1)[1]: family(ex.document) for ex in examples if ex.source == "squad"}
+    out = {}
+    for ex in examples:
+        fam = article.get(ex.qid.split(":", 1)[1]) if ex.source.startswith("xquad_") else None
+        if fam is not None:
+            out[ex.doc_key] = "train" if fam in trained else split_of(fam, s.seed, shares)
+    return out
 
 
 def _questions(examples, doc_split, split, s: MixSettings, rng) -> list[Example]:

@@ -274,6 +274,12 @@ def qa_main(argv: list[str]) -> int:
             f"heldout: {stats['heldout_shared']} questions dropped: their document is also in a training set",
             file=sys.stderr,
         )
+    if stats.get("heldout_translated"):
+        print(
+            f"heldout: {stats['heldout_translated']} questions dropped: they translate a SQuAD article "
+            "that is trained or calibrated on",
+            file=sys.stderr,
+        )
     report["pool"] = stats
     write_json(out / "report.json", report)
     return 0

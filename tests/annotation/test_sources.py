@@ -147,3 +147,59 @@ def test_records_validate(tmp_path):
     records, _, _ = build_mix(_pool_examples(), MixSettings(calibration_share=0.01, dev_share=0.01))
     for r in records["train"]:
         validate_labeled(json.loads(json.dumps(r)))
+
+
+def _translated(examples, lang="de"):
+    """XQuAD-style copies of the SQuAD examples: another text, SQuAD's question ids."""
+    import dataclasses
+
+    prefix = "Übersetzung des Artikels. "
+    return [
+        dataclasses.replace(
+            ex,
+            qid=f"xquad_{lang}:{ex.qid.split(':', 1)[1]}",
+            source=f"xquad_{lang}",
+            document=prefix + ex.document,
+            evidence=[(a + len(prefix), b + len(prefix)) for a, b in ex.evidence],
+        )
+        for ex in examples
+        if ex.source == "squad"
+    ]
+
+
+def _split_of_group(groups):
+    return {g["id"]: split for split, gs in groups.items() for g in gs}
+
+
+def test_a_translation_is_split_with_the_article_it_translates():
+    examples = _pool_examples()
+    splits_seen = set()
+    for seed in range(6):
+        settings = MixSettings(calibration_share=0.3, dev_share=0.3, seed=seed)
+        _, groups, stats = build_mix([*examples, *_translated(examples)], settings)
+        where = _split_of_group(groups)
+        for ex in examples:
+            if ex.source == "squad":
+                twin = f"xquad_de:{ex.qid.split(':', 1)[1]}"
+                assert where[twin] == where[ex.qid], (seed, ex.qid)
+                splits_seen.add(where[ex.qid])
+        assert stats["heldout_translated"] == 0
+    assert len(splits_seen) >= 2  # the articles went to different splits: the rule was exercised
+
+
+def test_a_heldout_translation_of_a_trained_article_is_dropped():
+    examples = _pool_examples()
+    some_kept = some_dropped = False
+    for seed in range(6):
+        settings = MixSettings(
+            calibration_share=0.3, dev_share=0.3, seed=seed, heldout_sources=frozenset({"xquad_de"})
+        )
+        _, groups, stats = build_mix([*examples, *_translated(examples)], settings)
+        where = _split_of_group(groups)
+        squad = [ex.qid for ex in examples if ex.source == "squad"]
+        kept = {q for q in squad if f"xquad_de:{q.split(':', 1)[1]}" in where}
+        assert all(where[f"xquad_de:{q.split(':', 1)[1]}"] == "heldout" for q in kept)
+        assert kept == {q for q in squad if where.get(q) == "dev"}  # only the unseen articles
+        assert stats["heldout_translated"] == len(squad) - len(kept)
+        some_kept, some_dropped = some_kept or bool(kept), some_dropped or len(kept) < len(squad)
+    assert some_kept and some_dropped  # both sides of the rule were exercised
