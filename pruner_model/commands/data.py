@@ -221,6 +221,17 @@ def _read_sets(names: list[str], folder: Path) -> tuple[list, dict]:
     return examples, report
 
 
+def _say_dropped(stats: dict) -> None:
+    """One stderr line for each kind of held-out question the build dropped."""
+    why = {
+        "heldout_shared": "their document is also in a training set",
+        "heldout_translated": "they translate a SQuAD article that is trained or calibrated on",
+    }
+    for key, reason in why.items():
+        if stats.get(key):
+            print(f"heldout: {stats[key]} questions dropped: {reason}", file=sys.stderr)
+
+
 def qa_main(argv: list[str]) -> int:
     """`pruner data qa`: read every set, pool and split them, write the records and the report."""
     from tqdm.auto import tqdm
@@ -269,17 +280,7 @@ def qa_main(argv: list[str]) -> int:
             f"({', '.join(f'{k} {v}' for k, v in sorted(per.items()))}) -> {out / (split + '.jsonl')}",
             file=sys.stderr,
         )
-    if stats["heldout_shared"]:
-        print(
-            f"heldout: {stats['heldout_shared']} questions dropped: their document is also in a training set",
-            file=sys.stderr,
-        )
-    if stats.get("heldout_translated"):
-        print(
-            f"heldout: {stats['heldout_translated']} questions dropped: they translate a SQuAD article "
-            "that is trained or calibrated on",
-            file=sys.stderr,
-        )
+    _say_dropped(stats)
     report["pool"] = stats
     write_json(out / "report.json", report)
     return 0
