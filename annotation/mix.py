@@ -136,24 +136,23 @@ def build_mix(
     stats["heldout_shared"] = sum(ex.source in s.heldout_sources and ex.doc_key in shared for ex in examples)
     # a translation (XQuAD) is split with the SQuAD article it translates; a held-out one whose
     # article is trained or calibrated on is dropped (stats["heldout_translated"])
-    origin = _translated_splits(examples, s, trained, shares)
-    stats["heldout_translated"] = sum(
-        ex.source in s.heldout_sources and origin.get(ex.doc_key, "dev") != "dev" for ex in examples
-    )
+    origin = _translation_origins(examples, s)
+
+    def split_by(fam: str) -> str:
+        return "train" if fam in trained else split_of(fam, s.seed, shares)
+
+    def unseen(ex) -> bool:  # not a translation of an article trained or calibrated on
+        return ex.doc_key not in origin or split_by(origin[ex.doc_key]) == "dev"
+
+    stats["heldout_translated"] = sum(ex.source in s.heldout_sources and not unseen(ex) for ex in examples)
     for ex in examples:
         if ex.doc_key in doc_chunks:
             continue
         fam = family(ex.document)
-        if (
-            ex.source in s.heldout_sources
-            and ex.doc_key not in shared
-            and origin.get(ex.doc_key, "dev") == "dev"
-        ):
+        if ex.source in s.heldout_sources and ex.doc_key not in shared and unseen(ex):
             split = "heldout"
-        elif ex.doc_key in origin:
-            split = origin[ex.doc_key]
         else:
-            split = "train" if fam in trained else split_of(fam, s.seed, shares)
+            split = split_by(origin.get(ex.doc_key, fam))
         doc_split[ex.doc_key] = split
         chunks = []
         for k, (a, b) in enumerate(chunk_bounds(ex.document, s.chunk_words)):
@@ -215,18 +214,17 @@ def build_mix(
     return records, groups, stats
 
 
-def _translated_splits(examples, s: MixSettings, trained: set[str], shares) -> dict[str, str]:
-    """The split of the SQuAD article each XQuAD document translates (XQuAD keeps SQuAD's question
+def _translation_origins(examples, s: MixSettings) -> dict[str, str]:
+    """The family of the SQuAD article each XQuAD document translates (XQuAD keeps SQuAD's question
     ids), by the translation's ``doc_key``; empty where SQuAD is not built or is held out."""
     if "squad" in s.heldout_sources:
         return {}
     article = {ex.qid.split(":", 1)[1]: family(ex.document) for ex in examples if ex.source == "squad"}
-    out = {}
-    for ex in examples:
-        fam = article.get(ex.qid.split(":", 1)[1]) if ex.source.startswith("xquad_") else None
-        if fam is not None:
-            out[ex.doc_key] = "train" if fam in trained else split_of(fam, s.seed, shares)
-    return out
+    return {
+        ex.doc_key: article[q]
+        for ex in examples
+        if ex.source.startswith("xquad_") and (q := ex.qid.split(":", 1)[1]) in article
+    }
 
 
 def _questions(examples, doc_split, split, s: MixSettings, rng) -> list[Example]:
