@@ -111,6 +111,25 @@ def rank_passages(groups: list[LabeledGroup], passage_scores: list[list[float] |
     return out
 
 
+ANSWER_SIZES = ("1", "2", "3+")  # answer sentences a question needs kept, as the reports bucket them
+
+
+def kept_by_answer_size(scored: list[ScoredGroup], threshold) -> dict:
+    """``{"1" | "2" | "3+": {"questions", "kept"}}``: the questions whose answer spans that many
+    sentences (units labeled relevant), and the share of them keeping every one at ``threshold``
+    (a number or a per-request default; ``kept`` None where there are none). An answer over
+    several sentences is kept only when all of them are, so a promise met on one-sentence answers
+    can be missed on text whose answers run longer."""
+    out = {k: [0, 0] for k in ANSWER_SIZES}
+    for g, keep in zip(scored, _masks(scored, threshold)):
+        n = int(g.labels.sum())
+        if n:
+            cell = out[ANSWER_SIZES[min(n, 3) - 1]]
+            cell[0] += 1
+            cell[1] += int(keep[g.labels].all())
+    return {k: {"questions": n, "kept": kept / n if n else None} for k, (n, kept) in out.items()}
+
+
 def _masks(scored: list[ScoredGroup], threshold) -> list[np.ndarray]:
     if isinstance(threshold, int | float):
         return [g.scores >= threshold for g in scored]
@@ -213,6 +232,7 @@ def source_metrics(
     t95 = calibrate_threshold(scored, 0.95)
     out["tokens_kept_at_0.95"] = role_token_shares(groups, scored, t95)
     out["tokens_kept_at_checkpoint"] = role_token_shares(groups, scored, checkpoint_threshold)
+    out["kept_by_answer_sentences"] = kept_by_answer_size(scored, checkpoint_threshold)
     return out
 
 
@@ -305,7 +325,27 @@ def sources_markdown(by_source: dict) -> str:
             f"{_pct(t.get('random'))} | {_pct(t.get('answerless'))} | {_pct(r['gold_first'])} | "
             f"{_pct(r['gold_over_mined'])} | {_pct(r['gold_over_random'])} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _answer_size_lines(by_source)) + "\n"
+
+
+def _answer_size_lines(by_source: dict) -> list[str]:
+    """The third table: kept at the checkpoint's default by how many sentences the answer spans."""
+    lines = [
+        "",
+        "Kept at the checkpoint threshold by how many sentences the answer spans: share of questions (questions).",
+        "",
+        "| source | " + " | ".join(f"{k} sentence{'s' if k != '1' else ''}" for k in ANSWER_SIZES) + " |",
+        "|---|" + "---|" * len(ANSWER_SIZES),
+    ]
+    for src, m in by_source.items():
+        sizes = m.get("kept_by_answer_sentences")
+        if sizes:
+            cells = [
+                "–" if c["kept"] is None else f"{c['kept']:.3f} ({c['questions']})"
+                for c in (sizes[k] for k in ANSWER_SIZES)
+            ]
+            lines.append(f"| {src} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def measure_sample(

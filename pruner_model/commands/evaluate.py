@@ -66,7 +66,8 @@ def _evaluate_parser() -> argparse.ArgumentParser:
         help="report each source of the records apart (groups --start:--start+--max-groups of each "
         "source's permutation): compression at 95%% and 97%% kept, best F1, the promise at the "
         "checkpoint's threshold, tokens kept by passage role (gold, same document, mined, random, no "
-        "answer) and how the relevance head ranks gold passages; writes sources.json and sources.md",
+        "answer), how the relevance head ranks gold passages and the promise by how many sentences "
+        "the answer spans (1, 2, 3+); writes sources.json and sources.md",
     )
     p.add_argument("--budgets", default="", help="comma list of token budgets to measure, e.g. 128,256")
     _add_model_arguments(p)

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 from pruner_model.evaluation.groups import load_groups
 from pruner_model.evaluation.metrics import ScoredGroup
-from pruner_model.evaluation.sources import passage_ranking, passage_role, role_token_shares
+from pruner_model.evaluation.sources import (
+    kept_by_answer_size,
+    passage_ranking,
+    passage_role,
+    role_token_shares,
+)
 
 from pruner_model.cli import main
 
@@ -57,6 +62,23 @@ def test_groups_without_gold_count_as_answerless():
     assert shares["answerless"] == pytest.approx(1 / 3) and shares["gold"] is None
 
 
+def test_answers_over_several_sentences_count_kept_only_when_all_are():
+    one = ScoredGroup(scores=np.array([0.9, 0.1]), labels=np.array([True, False]), tokens=np.array([5, 5]))
+    two = ScoredGroup(
+        scores=np.array([0.9, 0.3, 0.1]), labels=np.array([True, True, False]), tokens=np.ones(3)
+    )
+    four = ScoredGroup(scores=np.array([0.9, 0.8, 0.7, 0.6]), labels=np.ones(4, bool), tokens=np.ones(4))
+    none = ScoredGroup(scores=np.array([0.9]), labels=np.array([False]), tokens=np.array([5]))
+    sizes = kept_by_answer_size([one, two, four, none], 0.5)  # the second sentence of `two` is dropped
+    assert sizes == {
+        "1": {"questions": 1, "kept": 1.0},
+        "2": {"questions": 1, "kept": 0.0},
+        "3+": {"questions": 1, "kept": 1.0},
+    }
+    assert kept_by_answer_size([one, none], 0.5)["2"] == {"questions": 0, "kept": None}
+    assert kept_by_answer_size([two], 0.2)["2"]["kept"] == 1.0
+
+
 def test_ranking_counts_gold_first_and_pairwise_wins():
     groups = load_groups(group_records("a", "nq") + group_records("b", "nq"))
     good = scored([0] * 6, [0.9, 0.5, 0.1])
@@ -93,6 +115,8 @@ def test_cli_by_source_reports_each_source(tmp_path, tiny_checkpoint, capsys):
     assert report["sources"]["multirc"]["tokens_kept_at_0.95"]["answerless"] is not None
     printed = capsys.readouterr().out
     assert "| nq | 4 |" in printed and "gold ranked first" in printed
+    assert nq["kept_by_answer_sentences"]["1"]["questions"] == 4  # each nq answer is one sentence
+    assert "| nq | " + f"{nq['kept_by_answer_sentences']['1']['kept']:.3f} (4) | – | – |" in printed
     assert main(argv + ["--by-source", "--slice", "noisy"]) == 2  # one-line error, nothing written
 
 
