@@ -47,6 +47,25 @@ def gate_passages(units: Units, keep: np.ndarray, min_relevance: float | None) -
     return keep & (units.relevance[units.passage] >= min_relevance)
 
 
+def continue_answers(units: Units, keep: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Answers that run over several sentences: a unit of ``reach`` next to a kept one, in the
+    same paragraph, is kept too, and so on along the run (``reach``: the units scoring at least
+    ``continuation`` times the threshold; a run stays in its passage, which the gate let through)."""
+    if not len(units) or not (reach & ~keep).any():
+        return keep
+    group = units.passage.astype(np.int64) * (1 << 32) + units.paragraph
+    same = group[1:] == group[:-1]
+    out = keep.copy()
+    while True:
+        beside = np.zeros_like(out)
+        beside[1:] |= out[:-1] & same
+        beside[:-1] |= out[1:] & same
+        grown = out | (beside & reach)
+        if (grown == out).all():
+            return out
+        out = grown
+
+
 def keep_top(units: Units, keep: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` best-scored units survive whatever the other steps decided."""
     if k <= 0 or not len(units):
@@ -183,7 +202,8 @@ def uncertainty(units: Units, below: float | str | None) -> tuple[float, bool]:
 
 
 def select(units: Units, params: SelectionParams, forced: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-    """Threshold → passage gate → must_keep → keep_top → neighbours → headings → dedup → budget;
+    """Threshold → passage gate → continuation → must_keep → keep_top → neighbours → headings →
+    dedup → budget;
     with ``if_uncertain="keep_all"``, an uncertain query (see :func:`uncertainty`) keeps everything
     that fits the token budgets.
 
@@ -202,6 +222,9 @@ def select(units: Units, params: SelectionParams, forced: np.ndarray | None = No
         return pack_budget(units, everything, params.token_budget, params.per_passage_budget), 0
     keep = apply_threshold(units, params.threshold, floor)
     keep = gate_passages(units, keep, params.min_relevance)
+    if params.continuation is not None:
+        reach = apply_threshold(units, params.continuation * params.threshold, floor)
+        keep = continue_answers(units, keep, reach)
     if forced is None:  # else matched when the request was prepared (ContextPruner.prepare)
         forced = must_keep(units, np.zeros(len(units), dtype=bool), params.must_keep)
     keep = keep | forced

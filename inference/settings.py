@@ -73,6 +73,13 @@ class SelectionParams:
     )
     token_budget: int | None = _knob(None, "at most this many kept tokens over all passages", 0)
     per_passage_budget: int | None = _knob(None, "at most this many kept tokens in each passage", 0)
+    continuation: float | None = _knob(
+        None,
+        "answers over several sentences: a unit next to a kept one, same paragraph, is kept too "
+        "when it scores at least this share of the threshold, along the run (e.g. 0.3)",
+        0.0,
+        1.0,
+    )
     neighbors: int = _knob(0, "also keep up to N units on each side of a kept one, same paragraph", 0, 64)
     keep_top: int = _knob(0, "always keep the N best-scored units", 0)
     min_relevance: float | None = _knob(None, "drop passages whose relevance probability is lower", 0.0, 1.0)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from pruner_model.inference.selection import (
     Units,
+    continue_answers,
     drop_duplicates,
     expand_neighbors,
     keep_headings,
@@ -60,6 +61,23 @@ def test_neighbors_stay_inside_paragraph_and_passage():
     assert out.tolist() == [True, True, False, False, False, True, True]
     out2 = expand_neighbors(u, np.array([False] * 4 + [True, False, False]), 2)
     assert out2.tolist() == [False] * 4 + [True, True, True]
+
+
+def test_continuation_follows_an_answer_along_its_paragraph():
+    # a kept sentence (0.9) followed by the rest of its answer (0.3, 0.2), then a weak one (0.05);
+    # a second paragraph and passage start with 0.4 but touch no kept unit
+    scores = [0.1, 0.9, 0.3, 0.2, 0.05, 0.4, 0.4]
+    u = make_units(scores, passage=[0, 0, 0, 0, 0, 0, 1], paragraph=[0, 0, 0, 0, 0, 1, 0])
+    keep, _ = select(u, SelectionParams(threshold=0.5))
+    assert keep.tolist() == [False, True, False, False, False, False, False]
+    keep, _ = select(u, SelectionParams(threshold=0.5, continuation=0.3))  # reach: scores >= 0.15
+    assert keep.tolist() == [False, True, True, True, False, False, False]
+    keep, _ = select(u, SelectionParams(threshold=0.5, continuation=0.5))  # reach 0.25: stops at 0.2
+    assert keep.tolist() == [False, True, True, False, False, False, False]
+    # nothing kept, nothing to continue
+    assert not continue_answers(u, np.zeros(7, bool), np.ones(7, bool)).any()
+    with pytest.raises(ValueError, match="continuation"):
+        SelectionParams(continuation=1.5)
 
 
 def test_heading_retention_is_recursive():
