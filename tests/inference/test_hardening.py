@@ -149,6 +149,9 @@ def test_over_cap_bodies_are_refused_off_the_event_loop(server):
         ({"token_budget": "5"}, 422),
         ({"dedup": "yes"}, 422),
         ({"neighbors": 1.5}, 422),
+        ({"continuation": 0.3}, 200),
+        ({"continuation": 1.5}, 422),
+        ({"continuation": "x"}, 422),
     ],
 )
 def test_body_fields_are_as_strict_as_the_python_api(server, extra, code):

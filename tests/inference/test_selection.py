@@ -127,7 +127,9 @@ def test_merge_spans_restores_document_order():
     assert spans == [(0, 19, 0.9), (30, 39, 0.7)]
 
 
-@pytest.mark.parametrize("knob", ["token_budget", "per_passage_budget", "neighbors", "keep_top", "threshold"])
+@pytest.mark.parametrize(
+    "knob", ["token_budget", "per_passage_budget", "neighbors", "keep_top", "threshold", "continuation"]
+)
 def test_integers_past_float_range_are_a_clear_error(knob):
     from pruner_model.inference.settings import SelectionParams
 
