@@ -1,0 +1,115 @@
+"""The per-request bands fitted with ``continuation`` on (each candidate threshold's keep mask in
+the fit's tables grown along answer runs, docs/design.md) against the same fit without it, from
+the cache of ``experiments/request_thresholds.py score`` (calibration slices: the fit's; report
+and never-trained slices: measured at each fit's default with the same continuation):
+
+    python experiments/request_thresholds.py score --model pruner_model/default_model --cache /tmp/rt.pkl --heldout
+    python experiments/continuation_fit.py --cache /tmp/rt.pkl --shares 0.5 0.3
+
+Rows: kept / compression / answer-less groups' tokens kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+
+import numpy as np
+import pruner_model.evaluation.threshold_fit as threshold_fit
+from pruner_model.evaluation.statistics import required_kept
+from pruner_model.evaluation.threshold_fit import CANDIDATES, FitSlice, _Table, fit_threshold_model
+from request_thresholds import _prepare
+
+RUNS: dict[int, np.ndarray] = {}  # id(scored group) -> each unit's run (passage, paragraph)
+SHARE: list[float | None] = [None]
+
+
+def kept_grid(scores: np.ndarray, runs: np.ndarray, thresholds: np.ndarray, share) -> np.ndarray:
+    """``[units, thresholds]``: kept at each threshold, grown along runs at ``share`` of it (as
+    :func:`pruner_model.inference.selection.continue_answers` does for one)."""
+    keep = scores[:, None] >= thresholds[None, :]
+    if share is None or len(scores) < 2:
+        return keep
+    reach = scores[:, None] >= share * thresholds[None, :]
+    same = (runs[1:] == runs[:-1])[:, None]
+    while True:
+        beside = np.zeros_like(keep)
+        beside[1:] |= keep[:-1] & same
+        beside[:-1] |= keep[1:] & same
+        grown = keep | (beside & reach)
+        if (grown == keep).all():
+            return keep
+        keep = grown
+
+
+def _gated(g, gate) -> np.ndarray:
+    return g.scores if gate is None or np.isnan(gate) else np.where(g.relevance >= gate, g.scores, -1.0)
+
+
+def _table(groups, gate, target, confidence) -> _Table:
+    """threshold_fit's table, each candidate's mask through :func:`kept_grid`."""
+    kept, evidence, has = [], [], []
+    for g in groups:
+        grid = kept_grid(_gated(g, gate), RUNS[id(g)], CANDIDATES, SHARE[0])
+        kept.append(g.tokens @ grid)
+        has.append(g.has_evidence)
+        if g.has_evidence:
+            evidence.append(grid[g.labels].all(0))
+    n_ev = int(sum(has))
+    return _Table(
+        np.asarray(kept, dtype=np.float64).reshape(len(groups), len(CANDIDATES)),
+        float(sum(int(g.tokens.sum()) for g in groups)),
+        np.asarray(evidence, dtype=bool).reshape(n_ev, len(CANDIDATES)),
+        np.asarray(has, dtype=bool),
+        required_kept(n_ev, target, confidence) if n_ev else 0,
+    )
+
+
+def _measure(data, model, share) -> None:
+    for part in ("report", "heldout"):
+        for name, (X, _, gs, _) in data.get(part, {}).items():
+            if not any(g.has_evidence for g in gs):
+                continue
+            gates = np.broadcast_to(np.nan if model.gates_of(X) is None else model.gates_of(X), len(gs))
+            kept = answered = 0
+            tokens = np.zeros(2)  # all groups, then answer-less ones: [in, out] each
+            sums = np.zeros((2, 2))
+            for g, t, gate in zip(gs, model.thresholds_of(X), gates):
+                m = kept_grid(_gated(g, gate), RUNS[id(g)], np.array([t]), share)[:, 0]
+                sums[0] += (g.tokens.sum(), g.tokens[m].sum())
+                if g.has_evidence:
+                    answered += 1
+                    kept += bool(m[g.labels].all())
+                else:
+                    sums[1] += (g.tokens.sum(), g.tokens[m].sum())
+            tokens = sums[:, 1] / np.maximum(sums[:, 0], 1)
+            print(f"  {part:7s} {name:20s} {kept / answered:.3f} / {1 - tokens[0]:.3f} / {tokens[1]:.3f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cache", required=True)
+    p.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.3])
+    p.add_argument("--target", type=float, default=0.95)
+    args = p.parse_args()
+    with open(args.cache, "rb") as f:
+        data = _prepare(pickle.load(f))
+    for part in data.values():
+        for _, (_, _, gs, groups) in part.items():
+            for sg, lg in zip(gs, groups):
+                RUNS[id(sg)] = np.array(
+                    [k * (1 << 32) + u.paragraph for k, us in enumerate(lg.units) for u in us]
+                )
+    threshold_fit._table = _table
+    slices = [FitSlice(k, v[2], v[0]) for k, v in data["cal"].items()]
+    for share in [None, *args.shares]:
+        SHARE[0] = share
+        model = fit_threshold_model(slices, args.target)
+        print(
+            f"fitted with continuation {share}: bands {[round(t, 4) for t in model.thresholds]}, gate {model.min_relevance}"
+        )
+        _measure(data, model, share)
+
+
+if __name__ == "__main__":
+    main()
