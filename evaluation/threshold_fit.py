@@ -19,14 +19,12 @@ on calibration slices.
    time, by the move that compresses the calibration slices most (their mean compression, each
    slice weighing the same) while every slice still keeps the target (with ``confidence``, the
    count :func:`required_kept` asks for given the slice's size), until no move is left.
-
 4. Optionally (``answer_shares``: the fit tries none and each share, and keeps what compresses
    most), a second logistic regression on the same features tells the groups with evidence from
    those without; the share of calibration groups it rates least likely answered get a threshold
    a band of their own, raised by the same moves. Requests whose retriever found nothing are
    handed on nearly empty where the features can tell them, and where they cannot, nothing is lost:
    the answered groups among them still count towards every slice's target.
-
 5. Unfamiliar requests (``novelty``: the fit's default :data:`NOVELTY`): the calibration requests'
    standardized features give a precision matrix (ridge :data:`NOVELTY_RIDGE`) and a cutoff, the
    Mahalanobis distance that ``quantile`` of them stay within; a request past it gets at most the
@@ -35,7 +33,6 @@ on calibration slices.
    on text unlike all of it need far lower thresholds, by an amount no calibration slice shows
    (docs/results.md measures it on whole data sets never trained or calibrated on). The relevance
    head's probabilities fall there too: its passages' gate is at most :data:`UNFAMILIAR_GATE`.
-
 So every slice keeps its promise, as under one threshold, while requests that look like easy text
 are thresholded like easy text. docs/design.md says why and how it was measured.
 """
@@ -104,6 +101,17 @@ class _Table:
     with_evidence: np.ndarray  # [groups] bool
     need: int  # groups with evidence that must keep it
 
+    @classmethod
+    def of(cls, groups: list[ScoredGroup], kept: list, evidence: list, has: list, target: float, confidence):
+        """From each group's tokens kept, and each evidence row (all kept?), at every candidate."""
+        return cls(
+            np.asarray(kept, dtype=np.float64).reshape(len(groups), len(CANDIDATES)),
+            float(sum(int(g.tokens.sum()) for g in groups)),
+            np.asarray(evidence, dtype=bool).reshape(len(evidence), len(CANDIDATES)),
+            np.asarray(has, dtype=bool),
+            required_kept(len(evidence), target, confidence) if evidence else 0,
+        )
+
 
 def _table(groups: list[ScoredGroup], gate: float | None, target: float, confidence) -> _Table:
     kept, evidence, has = [], [], []
@@ -116,14 +124,7 @@ def _table(groups: list[ScoredGroup], gate: float | None, target: float, confide
         has.append(g.has_evidence)
         if g.has_evidence:
             evidence.append(scores[g.labels].min() >= CANDIDATES)
-    n_ev = int(sum(has))
-    return _Table(
-        np.asarray(kept, dtype=np.float64).reshape(len(groups), len(CANDIDATES)),
-        float(sum(int(g.tokens.sum()) for g in groups)),
-        np.asarray(evidence, dtype=bool).reshape(n_ev, len(CANDIDATES)),
-        np.asarray(has, dtype=bool),
-        required_kept(n_ev, target, confidence) if n_ev else 0,
-    )
+    return _Table.of(groups, kept, evidence, has, target, confidence)
 
 
 def _cells(

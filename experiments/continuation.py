@@ -42,24 +42,29 @@ def _scored(model: str, data: str, groups: int, cache: Path) -> dict:
     return out
 
 
+def units_of(group, scored):
+    """The selection steps' view of a labeled group's units (passage and paragraph of each)."""
+    from pruner_model.inference.selection import Units
+
+    return Units(
+        scores=scored.scores,
+        passage=np.concatenate([np.full(len(us), k) for k, us in enumerate(group.units)]),
+        paragraph=np.array([u.paragraph for us in group.units for u in us]),
+        heading=np.full(len(scored.scores), -1),
+        tokens=scored.tokens,
+        texts=[""] * len(scored.scores),
+        relevance=np.ones(len(group.units)),
+    )
+
+
 def _masks(groups, scored, default, share) -> list[np.ndarray]:
     """Each group's kept units at its default, continued at ``share`` of its threshold."""
-    from pruner_model.inference.selection import Units, continue_answers
+    from pruner_model.inference.selection import continue_answers
 
     out = []
     for g, s, keep in zip(groups, scored, default.masks(scored)):
         if share is not None:
-            t = default.thresholds[len(out)]
-            units = Units(
-                scores=s.scores,
-                passage=np.concatenate([np.full(len(us), k) for k, us in enumerate(g.units)]),
-                paragraph=np.array([u.paragraph for us in g.units for u in us]),
-                heading=np.full(len(s.scores), -1),
-                tokens=s.tokens,
-                texts=[""] * len(s.scores),
-                relevance=np.ones(len(g.units)),
-            )
-            keep = continue_answers(units, keep, s.scores >= share * t)
+            keep = continue_answers(units_of(g, s), keep, s.scores >= share * default.thresholds[len(out)])
         out.append(keep)
     return out
 

@@ -16,30 +16,21 @@ import pickle
 
 import numpy as np
 import pruner_model.evaluation.threshold_fit as threshold_fit
-from pruner_model.evaluation.statistics import required_kept
+from continuation import units_of
 from pruner_model.evaluation.threshold_fit import CANDIDATES, FitSlice, _Table, fit_threshold_model
+from pruner_model.inference.selection import continue_answers
 from request_thresholds import _prepare
 
-RUNS: dict[int, np.ndarray] = {}  # id(scored group) -> each unit's run (passage, paragraph)
+UNITS: dict[int, object] = {}  # id(scored group) -> its units (passage and paragraph of each)
 SHARE: list[float | None] = [None]
 
 
-def kept_grid(scores: np.ndarray, runs: np.ndarray, thresholds: np.ndarray, share) -> np.ndarray:
-    """``[units, thresholds]``: kept at each threshold, grown along runs at ``share`` of it (as
-    :func:`pruner_model.inference.selection.continue_answers` does for one)."""
+def kept_grid(scores: np.ndarray, units, thresholds: np.ndarray, share) -> np.ndarray:
+    """``[units, thresholds]``: kept at each threshold, grown along runs at ``share`` of it."""
     keep = scores[:, None] >= thresholds[None, :]
-    if share is None or len(scores) < 2:
+    if share is None:
         return keep
-    reach = scores[:, None] >= share * thresholds[None, :]
-    same = (runs[1:] == runs[:-1])[:, None]
-    while True:
-        beside = np.zeros_like(keep)
-        beside[1:] |= keep[:-1] & same
-        beside[:-1] |= keep[1:] & same
-        grown = keep | (beside & reach)
-        if (grown == keep).all():
-            return keep
-        keep = grown
+    return continue_answers(units, keep, scores[:, None] >= share * thresholds[None, :])
 
 
 def _gated(g, gate) -> np.ndarray:
@@ -48,21 +39,13 @@ def _gated(g, gate) -> np.ndarray:
 
 def _table(groups, gate, target, confidence) -> _Table:
     """threshold_fit's table, each candidate's mask through :func:`kept_grid`."""
-    kept, evidence, has = [], [], []
+    kept, evidence = [], []
     for g in groups:
-        grid = kept_grid(_gated(g, gate), RUNS[id(g)], CANDIDATES, SHARE[0])
+        grid = kept_grid(_gated(g, gate), UNITS[id(g)], CANDIDATES, SHARE[0])
         kept.append(g.tokens @ grid)
-        has.append(g.has_evidence)
         if g.has_evidence:
             evidence.append(grid[g.labels].all(0))
-    n_ev = int(sum(has))
-    return _Table(
-        np.asarray(kept, dtype=np.float64).reshape(len(groups), len(CANDIDATES)),
-        float(sum(int(g.tokens.sum()) for g in groups)),
-        np.asarray(evidence, dtype=bool).reshape(n_ev, len(CANDIDATES)),
-        np.asarray(has, dtype=bool),
-        required_kept(n_ev, target, confidence) if n_ev else 0,
-    )
+    return _Table.of(groups, kept, evidence, [g.has_evidence for g in groups], target, confidence)
 
 
 def _measure(data, model, share) -> None:
@@ -75,7 +58,7 @@ def _measure(data, model, share) -> None:
             tokens = np.zeros(2)  # all groups, then answer-less ones: [in, out] each
             sums = np.zeros((2, 2))
             for g, t, gate in zip(gs, model.thresholds_of(X), gates):
-                m = kept_grid(_gated(g, gate), RUNS[id(g)], np.array([t]), share)[:, 0]
+                m = kept_grid(_gated(g, gate), UNITS[id(g)], np.array([t]), share)[:, 0]
                 sums[0] += (g.tokens.sum(), g.tokens[m].sum())
                 if g.has_evidence:
                     answered += 1
@@ -97,9 +80,7 @@ def main() -> None:
     for part in data.values():
         for _, (_, _, gs, groups) in part.items():
             for sg, lg in zip(gs, groups):
-                RUNS[id(sg)] = np.array(
-                    [k * (1 << 32) + u.paragraph for k, us in enumerate(lg.units) for u in us]
-                )
+                UNITS[id(sg)] = units_of(lg, sg)
     threshold_fit._table = _table
     slices = [FitSlice(k, v[2], v[0]) for k, v in data["cal"].items()]
     for share in [None, *args.shares]:

@@ -50,11 +50,12 @@ def gate_passages(units: Units, keep: np.ndarray, min_relevance: float | None) -
 def continue_answers(units: Units, keep: np.ndarray, reach: np.ndarray) -> np.ndarray:
     """Answers that run over several sentences: a unit of ``reach`` next to a kept one, in the
     same paragraph, is kept too, and so on along the run (``reach``: the units scoring at least
-    ``continuation`` times the threshold; a run stays in its passage, which the gate let through)."""
+    ``continuation`` times the threshold; a run stays in its passage, which the gate let through).
+    ``keep`` and ``reach`` may carry a second axis: several thresholds' masks at once."""
     if not len(units) or not (reach & ~keep).any():
         return keep
     group = units.passage.astype(np.int64) * (1 << 32) + units.paragraph
-    same = group[1:] == group[:-1]
+    same = (group[1:] == group[:-1]).reshape(-1, *([1] * (keep.ndim - 1)))
     out = keep.copy()
     while True:
         beside = np.zeros_like(out)

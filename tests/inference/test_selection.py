@@ -74,8 +74,14 @@ def test_continuation_follows_an_answer_along_its_paragraph():
     assert keep.tolist() == [False, True, True, True, False, False, False]
     keep, _ = select(u, SelectionParams(threshold=0.5, continuation=0.5))  # reach 0.25: stops at 0.2
     assert keep.tolist() == [False, True, True, False, False, False, False]
-    # nothing kept, nothing to continue
+    # nothing kept, nothing to continue; several thresholds' masks at once, column by column
     assert not continue_answers(u, np.zeros(7, bool), np.ones(7, bool)).any()
+    s = np.asarray(scores)
+    keep, reach = s[:, None] >= np.array([0.5, 0.35]), s[:, None] >= np.array([0.15, 0.1])
+    both = continue_answers(u, keep, reach)
+    for k in range(2):
+        assert both[:, k].tolist() == continue_answers(u, keep[:, k], reach[:, k]).tolist()
+    assert both[:, 1].tolist() == [True, True, True, True, False, True, True]
     with pytest.raises(ValueError, match="continuation"):
         SelectionParams(continuation=1.5)
 
