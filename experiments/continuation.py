@@ -57,16 +57,16 @@ def units_of(group, scored):
     )
 
 
-def _masks(groups, scored, default, share) -> list[np.ndarray]:
+def default_masks(groups, scored, default, share) -> list[np.ndarray]:
     """Each group's kept units at its default, continued at ``share`` of its threshold."""
     from pruner_model.inference.selection import continue_answers
 
-    out = []
-    for g, s, keep in zip(groups, scored, default.masks(scored)):
-        if share is not None:
-            keep = continue_answers(units_of(g, s), keep, s.scores >= share * default.thresholds[len(out)])
-        out.append(keep)
-    return out
+    if share is None:
+        return default.masks(scored)
+    return [
+        continue_answers(units_of(g, s), keep, s.scores >= share * t)
+        for g, s, keep, t in zip(groups, scored, default.masks(scored), default.thresholds)
+    ]
 
 
 def main() -> None:
@@ -76,19 +76,19 @@ def main() -> None:
     p.add_argument("--model", default="pruner_model/default_model")
     p.add_argument("--groups", type=int, default=300)
     args = p.parse_args()
+    from pruner_model.evaluation.metrics import metrics_at
+
     data = _scored(args.model, args.data, args.groups, args.cache)
     print("| set | " + " | ".join(f"continuation {s}" for s in SHARES) + " |")
     print("|---|" + "---|" * len(SHARES))
     for src, (gs, scored, default) in data.items():
         cells = []
         for share in SHARES:
-            masks = _masks(gs, scored, default, share)
-            kept = [bool(m[s.labels].all()) for s, m in zip(scored, masks) if s.labels.any()]
-            long = [bool(m[s.labels].all()) for s, m in zip(scored, masks) if s.labels.sum() >= 2]
-            tokens = sum(int(s.tokens.sum()) for s in scored)
-            out = sum(int(s.tokens[m].sum()) for s, m in zip(scored, masks))
+            masks = default_masks(gs, scored, default, share)
+            m = metrics_at(scored, float("nan"), masks)
+            long = [bool(k[s.labels].all()) for s, k in zip(scored, masks) if s.labels.sum() >= 2]
             many = f", 2+: {np.mean(long):.2f} ({len(long)})" if long else ""
-            cells.append(f"{np.mean(kept):.3f}{many} / {1 - out / tokens:.3f}")
+            cells.append(f"{m['evidence_preserved']:.3f}{many} / {m['compression']:.3f}")
         print(f"| {src} | " + " | ".join(cells) + " |", flush=True)
 
 

@@ -16,8 +16,15 @@ import pickle
 
 import numpy as np
 import pruner_model.evaluation.threshold_fit as threshold_fit
-from continuation import units_of
-from pruner_model.evaluation.threshold_fit import CANDIDATES, FitSlice, _Table, fit_threshold_model
+from continuation import default_masks, units_of
+from pruner_model.evaluation.metrics import metrics_at
+from pruner_model.evaluation.threshold_fit import (
+    CANDIDATES,
+    FitSlice,
+    RequestDefault,
+    _Table,
+    fit_threshold_model,
+)
 from pruner_model.inference.selection import continue_answers
 from request_thresholds import _prepare
 
@@ -49,24 +56,17 @@ def _table(groups, gate, target, confidence) -> _Table:
 
 
 def _measure(data, model, share) -> None:
+    """Each report and never-trained slice at ``model``'s default, continued at ``share``."""
     for part in ("report", "heldout"):
-        for name, (X, _, gs, _) in data.get(part, {}).items():
-            if not any(g.has_evidence for g in gs):
-                continue
-            gates = np.broadcast_to(np.nan if model.gates_of(X) is None else model.gates_of(X), len(gs))
-            kept = answered = 0
-            tokens = np.zeros(2)  # all groups, then answer-less ones: [in, out] each
-            sums = np.zeros((2, 2))
-            for g, t, gate in zip(gs, model.thresholds_of(X), gates):
-                m = kept_grid(_gated(g, gate), UNITS[id(g)], np.array([t]), share)[:, 0]
-                sums[0] += (g.tokens.sum(), g.tokens[m].sum())
-                if g.has_evidence:
-                    answered += 1
-                    kept += bool(m[g.labels].all())
-                else:
-                    sums[1] += (g.tokens.sum(), g.tokens[m].sum())
-            tokens = sums[:, 1] / np.maximum(sums[:, 0], 1)
-            print(f"  {part:7s} {name:20s} {kept / answered:.3f} / {1 - tokens[0]:.3f} / {tokens[1]:.3f}")
+        for name, (X, _, gs, groups) in data.get(part, {}).items():
+            if any(g.has_evidence for g in gs):
+                m = metrics_at(
+                    gs, float("nan"), default_masks(groups, gs, RequestDefault.of(model, X), share)
+                )
+                print(
+                    f"  {part:7s} {name:20s} {m['evidence_preserved']:.3f} / {m['compression']:.3f} / "
+                    f"{m['negative_tokens_kept']:.3f}"
+                )
 
 
 def main() -> None:
